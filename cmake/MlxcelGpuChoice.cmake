@@ -1,0 +1,20 @@
+# Validates the GPU backend choice. A build has at most one GPU backend (DESIGN.md "Backends").
+string(TOLOWER "${MLXCEL_GPU}" _gpu)
+string(REPLACE "," ";" _gpu "${_gpu}")
+string(REPLACE "+" ";" _gpu "${_gpu}")
+list(REMOVE_ITEM _gpu "none" "")
+list(LENGTH _gpu _n)
+if(_n GREATER 1)
+  message(FATAL_ERROR
+    "MLXCEL_GPU='${MLXCEL_GPU}' asks for more than one GPU backend. A build has exactly one: "
+    "configure a separate build folder per backend (cmake --preset cuda, cmake --preset rocm).")
+endif()
+if(_n EQUAL 0)
+  set(MLXCEL_GPU_KIND "none")
+else()
+  list(GET _gpu 0 MLXCEL_GPU_KIND)
+endif()
+if(NOT MLXCEL_GPU_KIND MATCHES "^(none|cuda|rocm)$")
+  message(FATAL_ERROR "MLXCEL_GPU='${MLXCEL_GPU}' is not a backend; use none, cuda or rocm.")
+endif()
+message(STATUS "mlxcel: GPU backend = ${MLXCEL_GPU_KIND}")

@@ -1,0 +1,106 @@
+// RMSNorm and fused add+RMSNorm: one block per row, fp32 accumulation, warp/wave butterfly
+// reduction then a shared-memory pass across warps. Same source for CUDA and HIP.
+#include <string>
+
+#include "backend/gpu/compat.h"
+#include "backend/gpu/reduce.cuh"
+#include "backend/gpu/rms_norm.h"
+
+namespace mlxcel::gpu {
+namespace {
+
+constexpr int kBlock = 256;  // a multiple of 64 so wave64 targets also fill whole waves
+
+template <typename T>
+__global__ void rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                T* __restrict__ y, std::int64_t cols, std::int64_t stride,
+                                float eps) {
+  const std::int64_t row = blockIdx.x;
+  const T* xr = x + row * stride;
+  float ss = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float v = to_f32(xr[c]);
+    ss += v * v;
+  }
+  ss = block_sum<kBlock>(ss);
+  const float inv = rsqrtf(ss / static_cast<float>(cols) + eps);
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    y[row * cols + c] = from_f32<T>(to_f32(xr[c]) * inv * to_f32(w[c]));
+  }
+}
+
+template <typename T>
+__global__ void add_rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ res,
+                                    const T* __restrict__ w, T* __restrict__ y,
+                                    T* __restrict__ res_out, std::int64_t cols, float eps) {
+  const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * cols;
+  float ss = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    // Round the sum to T first so the result equals the unfused add followed by rms_norm.
+    T h = from_f32<T>(to_f32(x[base + c]) + to_f32(res[base + c]));
+    res_out[base + c] = h;
+    float v = to_f32(h);
+    ss += v * v;
+  }
+  ss = block_sum<kBlock>(ss);
+  const float inv = rsqrtf(ss / static_cast<float>(cols) + eps);
+  // Each thread re-reads only the elements it wrote itself, so no barrier is needed.
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    y[base + c] = from_f32<T>(to_f32(res_out[base + c]) * inv * to_f32(w[c]));
+  }
+}
+
+template <typename T>
+void launch_rms(const void* x, const void* w, void* y, std::int64_t rows, std::int64_t cols,
+                std::int64_t stride, float eps, const Stream& s) {
+  auto st = static_cast<gpuStream_t>(s.handle());
+  rms_norm_kernel<T><<<static_cast<unsigned>(rows), kBlock, 0, st>>>(
+      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), cols, stride, eps);
+  GPU_CHECK(gpuGetLastError(), "rms_norm launch", s.device());
+}
+
+template <typename T>
+void launch_add_rms(const void* x, const void* r, const void* w, void* y, void* ro,
+                    std::int64_t rows, std::int64_t cols, float eps, const Stream& s) {
+  auto st = static_cast<gpuStream_t>(s.handle());
+  add_rms_norm_kernel<T><<<static_cast<unsigned>(rows), kBlock, 0, st>>>(
+      static_cast<const T*>(x), static_cast<const T*>(r), static_cast<const T*>(w),
+      static_cast<T*>(y), static_cast<T*>(ro), cols, eps);
+  GPU_CHECK(gpuGetLastError(), "add_rms_norm launch", s.device());
+}
+
+[[noreturn]] void bad_dtype(const char* op, DType dtype) {
+  throw_error(ErrorCategory::kUnsupported, std::string(op) + ": dtype " +
+                                               std::string(dtype_name(dtype)) +
+                                               " on the GPU (use F32, BF16 or F16)");
+}
+
+}  // namespace
+
+void rms_norm(const void* x, const void* w, void* y, std::int64_t rows, std::int64_t cols,
+              std::int64_t x_row_stride, float eps, DType dtype, const Stream& s) {
+  if (rows == 0 || cols == 0) return;
+  switch (dtype) {
+    case DType::kF32: return launch_rms<float>(x, w, y, rows, cols, x_row_stride, eps, s);
+    case DType::kBF16: return launch_rms<bf16>(x, w, y, rows, cols, x_row_stride, eps, s);
+    case DType::kF16: return launch_rms<f16>(x, w, y, rows, cols, x_row_stride, eps, s);
+    default: bad_dtype("rms_norm", dtype);
+  }
+}
+
+void add_rms_norm(const void* x, const void* residual, const void* w, void* y,
+                  void* residual_out, std::int64_t rows, std::int64_t cols, float eps,
+                  DType dtype, const Stream& s) {
+  if (rows == 0 || cols == 0) return;
+  switch (dtype) {
+    case DType::kF32:
+      return launch_add_rms<float>(x, residual, w, y, residual_out, rows, cols, eps, s);
+    case DType::kBF16:
+      return launch_add_rms<bf16>(x, residual, w, y, residual_out, rows, cols, eps, s);
+    case DType::kF16:
+      return launch_add_rms<f16>(x, residual, w, y, residual_out, rows, cols, eps, s);
+    default: bad_dtype("add_rms_norm", dtype);
+  }
+}
+
+}  // namespace mlxcel::gpu
