@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine for mlxcel and builds the CPU preset. Idempotent: packages
+# already present are not reinstalled, the Python venv is reused.
+#   scripts/setup.sh            install + build build/cpu
+#   scripts/setup.sh --no-build install only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=1
+for a in "$@"; do
+  case "$a" in
+    --no-build) build=0 ;;
+    *) echo "setup.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+
+# Build and runtime dependencies, all Debian 12 packages (docs/dependencies.md says why each).
+APT_PACKAGES=(
+  cmake ninja-build g++ pkg-config git ca-certificates binutils
+  python3 python3-venv python3-pip
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev
+  clang-19 lld-19 clang-tools-19 libclang-rt-19-dev
+  libamdhip64-dev rocm-device-libs
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The CUDA toolkit is not a Debian 12 package at version 13; the cuda preset uses it when present.
+if [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
+  echo "setup: note: no CUDA toolkit (nvcc) found; the cuda preset will be skipped by scripts/test.sh"
+fi
+
+# Python test references (MLX, mlx-lm, HF tokenizers, jinja2, openai) in a venv.
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=.venv/.requirements.sha
+want=$(sha256sum scripts/requirements-test.txt | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r scripts/requirements-test.txt
+  echo "$want" > "$stamp"
+fi
+
+if [ "$build" -eq 1 ]; then
+  cmake --preset cpu >/dev/null
+  cmake --build --preset cpu -j"$(nproc)"
+  echo "setup: built build/cpu/bin/mlxcel"
+  build/cpu/bin/mlxcel --version
+fi
