@@ -7,6 +7,8 @@ elseif(MLXCEL_GPU_KIND STREQUAL "rocm")
 else()
   set(MLXCEL_GPU_TARGET_LIST "")
 endif()
+# ";" would split the shell command; the script turns "," back into ";".
+string(REPLACE ";" "," MLXCEL_GPU_TARGETS_CSV "${MLXCEL_GPU_TARGET_LIST}")
 set(MLXCEL_BUILD_INFO_CPP ${CMAKE_BINARY_DIR}/generated/build_info.cpp)
 add_custom_target(mlxcel_build_info
   COMMAND ${CMAKE_COMMAND}
@@ -14,9 +16,10 @@ add_custom_target(mlxcel_build_info
     -DSRC=${CMAKE_SOURCE_DIR}
     -DVERSION=${PROJECT_VERSION}
     -DBACKEND=${MLXCEL_GPU_KIND}
-    "-DTARGETS=${MLXCEL_GPU_TARGET_LIST}"
+    "-DTARGETS=${MLXCEL_GPU_TARGETS_CSV}"
     -DCOMPILER=${CMAKE_CXX_COMPILER_ID}-${CMAKE_CXX_COMPILER_VERSION}
     -DBUILD_TYPE=${CMAKE_BUILD_TYPE}
     -P ${CMAKE_SOURCE_DIR}/cmake/write_build_info.cmake
   BYPRODUCTS ${MLXCEL_BUILD_INFO_CPP}
-  COMMENT "build info")
+  COMMENT "build info"
+  VERBATIM)

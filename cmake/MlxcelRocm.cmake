@@ -86,16 +86,19 @@ foreach(t IN LISTS MLXCEL_ROCM_ARCHITECTURES)
   set(_minor ${CMAKE_MATCH_2})
   math(EXPR _step "0x${CMAKE_MATCH_3}" OUTPUT_FORMAT DECIMAL)
   math(EXPR _v "${_major} * 1000 + ${_minor} * 100 + ${_step}")
-  set(_bc ${MLXCEL_DEVICE_LIBS}/oclc_isa_version_${_v}.bc)
+  # The file is named after the target (gfx1151 -> oclc_isa_version_1151.bc); the constant inside
+  # is major*1000 + minor*100 + stepping (11501), as in Debian's own files.
+  string(SUBSTRING ${t} 3 -1 _suffix)
+  set(_bc ${MLXCEL_DEVICE_LIBS}/oclc_isa_version_${_suffix}.bc)
   if(NOT EXISTS ${_bc})
-    set(_ll ${MLXCEL_DEVICE_LIBS}/oclc_isa_version_${_v}.ll)
+    set(_ll ${MLXCEL_DEVICE_LIBS}/oclc_isa_version_${_suffix}.ll)
     file(WRITE ${_ll} "target triple = \"amdgcn-amd-amdhsa\"\n@__oclc_ISA_version = linkonce_odr protected local_unnamed_addr addrspace(4) constant i32 ${_v}, align 4\n")
     execute_process(COMMAND ${CMAKE_CXX_COMPILER} -target amdgcn-amd-amdhsa -nogpulib -c -emit-llvm
         ${_ll} -o ${_bc} RESULT_VARIABLE _rc ERROR_VARIABLE _err)
     if(NOT _rc EQUAL 0)
       message(FATAL_ERROR "could not generate ${_bc} for ${t}: ${_err}")
     endif()
-    message(STATUS "mlxcel: generated device library oclc_isa_version_${_v}.bc for ${t}")
+    message(STATUS "mlxcel: generated device library oclc_isa_version_${_suffix}.bc (ISA ${_v}) for ${t}")
   endif()
 endforeach()
 
@@ -122,7 +125,7 @@ function(mlxcel_gpu_sources target)
   set_source_files_properties(${ARGN} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "${MLXCEL_HIP_COMPILE_FLAGS}")
   target_sources(${target} PRIVATE ${ARGN})
   target_compile_definitions(${target} PRIVATE MLXCEL_GPU_HIP=1 __HIP_PLATFORM_AMD__=1
-    "MLXCEL_GPU_TARGETS=\"${MLXCEL_ROCM_ARCHITECTURES}\"")
+    "MLXCEL_GPU_TARGETS=\"${MLXCEL_GPU_TARGETS_CSV}\"")
   target_include_directories(${target} SYSTEM PRIVATE ${ROCM_PATH}/include)
   target_link_libraries(${target} PUBLIC ${MLXCEL_AMDHIP64})
   target_link_options(${target} INTERFACE --hip-link ${MLXCEL_HIP_OFFLOAD_FLAGS}

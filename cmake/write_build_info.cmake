@@ -1,3 +1,4 @@
+string(REPLACE "," ";" TARGETS "${TARGETS}")
 execute_process(COMMAND git -C ${SRC} rev-parse --short=12 HEAD
   OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR commit STREQUAL "")

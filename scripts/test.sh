@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run). Runs, in order, and reports every stage:
 #   gate   vendor API names only in the compat header / vendor folders
+#   config bad build configurations fail at configure time with a clear message
 #   cpu    build the cpu preset, run the C++ tests (ctest)
 #   python tests against outside references (MLX, mlx-lm, HF tokenizers, jinja2, openai)
 #   fuzz   bounded fuzz runs of the file parsers (when built)
@@ -11,7 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
-stages=(gate cpu python fuzz rocm cuda)
+stages=(gate config cpu python fuzz rocm cuda)
 selected=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,6 +44,8 @@ run_stage() {
 
 stage_gate() { scripts/check_vendor_names.sh; }
 
+stage_config() { tests/configure/run.sh; }
+
 stage_cpu() {
   cmake --preset cpu >/dev/null && cmake --build --preset cpu -j"$JOBS" &&
     ctest --preset cpu -j"$JOBS"
@@ -69,7 +72,8 @@ stage_rocm() {
   readelf -d "$bin" | grep -E 'RUNPATH|RPATH' || { echo "no rpath in $bin"; return 1; }
   ldd "$bin" | grep amdhip64 || { echo "libamdhip64 not resolved"; return 1; }
   "$bin" devices || return 1
-  .venv/bin/python scripts/rocm_resources.py build/rocm --hot src/backend/gpu/hot_kernels.txt
+  python3 scripts/rocm_resources.py build/rocm --hot src/backend/gpu/hot_kernels.txt \
+    --markdown build/rocm/resource_usage.md
 }
 
 stage_cuda() {

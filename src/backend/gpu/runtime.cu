@@ -23,7 +23,7 @@ std::vector<std::string> split_targets(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
-  while (std::getline(ss, item, ';')) {
+  while (std::getline(ss, item, ',')) {  // the build passes targets comma-separated
     if (item.empty()) continue;
 #if defined(MLXCEL_GPU_CUDA)
     // CMake CUDA architectures are "90", "90-real", "90-virtual".
@@ -36,7 +36,9 @@ std::vector<std::string> split_targets(const std::string& s) {
   return out;
 }
 
+#if defined(MLXCEL_GPU_CUDA)
 int cc_of(const std::string& sm) { return std::atoi(sm.c_str() + 3); }  // "sm_90" -> 90
+#endif
 
 bool arch_supported(const std::string& arch, std::string* why) {
   auto targets = compiled_targets();
