@@ -1,0 +1,295 @@
+#include "quant/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+#include "quant/packing.h"
+
+namespace mlxcel {
+namespace quant {
+
+float round_to(DType t, float v) {
+  switch (t) {
+    case DType::kBF16: return bf16(v).to_float();
+    case DType::kF16: return f16(v).to_float();
+    default: return v;
+  }
+}
+
+float load_float(const void* base, DType t, std::int64_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(base)[i];
+    case DType::kBF16: return static_cast<const bf16*>(base)[i].to_float();
+    case DType::kF16: return static_cast<const f16*>(base)[i].to_float();
+    default: throw_error(ErrorCategory::kInternal, "load_float: not a float dtype");
+  }
+}
+
+void store_float(void* base, DType t, std::int64_t i, float v) {
+  switch (t) {
+    case DType::kF32: static_cast<float*>(base)[i] = v; break;
+    case DType::kBF16: static_cast<bf16*>(base)[i] = bf16(v); break;
+    case DType::kF16: static_cast<f16*>(base)[i] = f16(v); break;
+    default: throw_error(ErrorCategory::kInternal, "store_float: not a float dtype");
+  }
+}
+
+float decode_fp_scale(QuantMode mode, std::uint8_t s) {
+  return mode == QuantMode::kNvfp4 ? fp8_e4m3_to_float(s) : fp8_e8m0_to_float(s);
+}
+
+float decode_fp_elem(QuantMode mode, std::uint32_t code) {
+  return mode == QuantMode::kMxfp8 ? fp8_e4m3_to_float(static_cast<std::uint8_t>(code))
+                                   : fp4_e2m1_to_float(static_cast<std::uint8_t>(code));
+}
+
+std::uint8_t encode_fp4_nearest(float x) {
+  // MLX's CPU path picks argmin |x - LUT[i]| over the 16 E2M1 codes; exact ties resolve to the
+  // first index, so -0.1 encodes as +0 and 0.75 as 0.5. A NaN compares false everywhere: index 0.
+  std::uint8_t best = 0;
+  float best_d = std::fabs(x - fp4_e2m1_to_float(0));
+  for (std::uint8_t i = 1; i < 16; ++i) {
+    float d = std::fabs(x - fp4_e2m1_to_float(i));
+    if (d < best_d) {
+      best_d = d;
+      best = i;
+    }
+  }
+  return best;
+}
+
+std::uint8_t e8m0_ceil(float x) {
+  int e = static_cast<int>(std::ceil(std::log2(x)));
+  e = std::clamp(e, -127, 127);
+  return static_cast<std::uint8_t>(e + 127);
+}
+
+}  // namespace quant
+
+namespace {
+
+using quant::load_float;
+using quant::store_float;
+
+void check_float_input(const Tensor& w, const QuantParams& p, const char* op) {
+  MLXCEL_CHECK(w.dtype() == DType::kF32 || w.dtype() == DType::kF16 || w.dtype() == DType::kBF16,
+               ErrorCategory::kBadInput,
+               std::string(op) + ": input must be F32, F16 or BF16, got " + std::string(dtype_name(w.dtype())));
+  MLXCEL_CHECK(w.ndim() >= 2, ErrorCategory::kBadInput,
+               std::string(op) + ": input must have at least 2 dims, got " + w.shape_str());
+  MLXCEL_CHECK(w.dim(-1) % p.group_size == 0 && w.dim(-1) * p.bits % 32 == 0, ErrorCategory::kBadInput,
+               std::string(op) + ": last dim of " + w.shape_str() + " must be divisible by group_size " +
+                   std::to_string(p.group_size));
+}
+
+void quantize_affine_group(const void* src, DType t, std::int64_t base, int gs, int bits,
+                           std::uint8_t* row, std::int64_t j0, float* scale_out, float* bias_out) {
+  const float n_bins = static_cast<float>((1 << bits) - 1);
+  const float eps = 1e-7f;
+  float w_min = std::numeric_limits<float>::infinity();
+  float w_max = -w_min;
+  for (int j = 0; j < gs; ++j) {
+    float v = load_float(src, t, base + j);
+    w_max = std::max(w_max, v);
+    w_min = std::min(w_min, v);
+  }
+  const bool mask = std::fabs(w_min) > std::fabs(w_max);
+  float scale = std::max((w_max - w_min) / n_bins, eps);
+  scale = mask ? scale : -scale;
+  const float edge = mask ? w_min : w_max;
+  const float q0 = std::rint(edge / scale);
+  float bias = 0;
+  if (q0 != 0) {
+    scale = edge / q0;
+    bias = edge;
+  }
+  for (int j = 0; j < gs; ++j) {
+    float v = load_float(src, t, base + j);
+    float q = std::rint((v - bias) / scale);
+    q = std::min(std::max(q, 0.0f), n_bins);
+    // NaN elements (MLX leaves their code implementation-defined) are stored as 0.
+    std::uint32_t code = std::isnan(q) ? 0u : static_cast<std::uint32_t>(q);
+    quant::put_code(row, j0 + j, bits, code);
+  }
+  *scale_out = scale;
+  *bias_out = bias;
+}
+
+}  // namespace
+
+QuantizedTensor quantize(const Tensor& w_in, const QuantParams& p, std::optional<float> global_scale) {
+  check_params(p, "quantize");
+  check_float_input(w_in, p, "quantize");
+  MLXCEL_CHECK(!global_scale || p.mode == QuantMode::kNvfp4, ErrorCategory::kBadInput,
+               "quantize: global_scale is only defined for nvfp4");
+  const Tensor w = w_in.contiguous();
+  const std::int64_t K = w.dim(-1);
+  const std::int64_t rows = w.numel() / std::max<std::int64_t>(K, 1);
+  const std::int64_t groups = K / p.group_size;
+  const std::int64_t row_bytes = K * p.bits / 8;
+
+  QuantizedTensor out;
+  out.weight = Tensor::empty(DType::kU32, packed_weight_shape(w.shape(), p));
+  const DType sdt = p.mode == QuantMode::kAffine ? w.dtype() : DType::kU8;
+  out.scales = Tensor::empty(sdt, scales_shape(w.shape(), p));
+  if (p.mode == QuantMode::kAffine) out.biases = Tensor::empty(sdt, scales_shape(w.shape(), p));
+
+  const void* src = w.raw();
+  auto* wq = static_cast<std::uint8_t*>(out.weight.raw());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::uint8_t* row = wq + r * row_bytes;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int64_t base = r * K + g * p.group_size;
+      const std::int64_t gi = r * groups + g;
+      if (p.mode == QuantMode::kAffine) {
+        float s, b;
+        quantize_affine_group(src, w.dtype(), base, p.group_size, p.bits, row, g * p.group_size, &s, &b);
+        store_float(out.scales.raw(), sdt, gi, s);
+        store_float(out.biases.raw(), sdt, gi, b);
+        continue;
+      }
+      float amax = 0.0f;
+      bool has_nan = false;
+      for (int j = 0; j < p.group_size; ++j) {
+        float v = std::fabs(load_float(src, w.dtype(), base + j));
+        if (std::isnan(v)) has_nan = true;
+        amax = std::max(amax, v);
+      }
+      if (has_nan) amax = std::numeric_limits<float>::quiet_NaN();
+      const bool fp8 = p.mode == QuantMode::kMxfp8;
+      std::uint8_t sbyte;
+      float decoded;
+      float encode = 1.0f;
+      if (p.mode == QuantMode::kNvfp4) {
+        float s = amax / 6.0f;
+        if (global_scale) {
+          const float factor = *global_scale / (448.0f * 6.0f);
+          encode = factor != 0.0f ? 1.0f / factor : 1.0f;
+          s = s * encode;
+        }
+        sbyte = float_to_fp8_e4m3(s);
+        decoded = fp8_e4m3_to_float(sbyte);
+      } else {
+        const float s = amax / (fp8 ? 448.0f : 6.0f);
+        if (amax == 0.0f) {
+          sbyte = 127;
+          decoded = 1.0f;
+        } else if (!std::isfinite(s)) {
+          // MLX's CPU graph stores byte 128 and divides by a NaN scale.
+          sbyte = 128;
+          decoded = std::numeric_limits<float>::quiet_NaN();
+        } else {
+          sbyte = quant::e8m0_ceil(s);
+          decoded = fp8_e8m0_to_float(sbyte);
+        }
+      }
+      static_cast<std::uint8_t*>(out.scales.raw())[gi] = sbyte;
+      for (int j = 0; j < p.group_size; ++j) {
+        float v = load_float(src, w.dtype(), base + j);
+        float y = decoded == 0.0f ? 0.0f : (v * encode) / decoded;
+        std::uint32_t code = fp8 ? float_to_fp8_e4m3(y) : quant::encode_fp4_nearest(y);
+        quant::put_code(row, g * p.group_size + j, p.bits, code);
+      }
+    }
+  }
+  return out;
+}
+
+Tensor dequantize(const Tensor& w_in, const Tensor& scales_in, const Tensor* biases_in,
+                  const QuantParams& p, std::optional<DType> out_dtype, std::optional<float> global_scale) {
+  check_quantized_shapes(w_in, scales_in, biases_in, p, "dequantize");
+  const Tensor w = w_in.contiguous();
+  const Tensor scales = scales_in.contiguous();
+  Tensor biases;
+  if (biases_in) biases = biases_in->contiguous();
+  const DType odt = out_dtype ? *out_dtype
+                              : (p.mode == QuantMode::kAffine ? scales.dtype() : DType::kBF16);
+  MLXCEL_CHECK(odt == DType::kF32 || odt == DType::kF16 || odt == DType::kBF16, ErrorCategory::kBadInput,
+               "dequantize: output dtype must be F32, F16 or BF16");
+  Shape oshape = w.shape();
+  oshape.back() = unpacked_dim(w.dim(-1), p.bits);
+  Tensor out = Tensor::empty(odt, oshape);
+  const std::int64_t K = oshape.back();
+  const std::int64_t rows = out.numel() / std::max<std::int64_t>(K, 1);
+  const std::int64_t groups = K / p.group_size;
+  const std::int64_t row_bytes = K * p.bits / 8;
+  const auto* wq = static_cast<const std::uint8_t*>(w.raw());
+  const auto* sb = static_cast<const std::uint8_t*>(scales.raw());
+  const DType sdt = scales.dtype();
+  float gfactor = 1.0f;
+  if (global_scale) gfactor = quant::round_to(odt, *global_scale / (448.0f * 6.0f));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::uint8_t* row = wq + r * row_bytes;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int64_t gi = r * groups + g;
+      if (p.mode == QuantMode::kAffine) {
+        // mx.dequantize on the CPU computes in the scales dtype: s*q and (+ b) each round.
+        const float s = load_float(scales.raw(), sdt, gi);
+        const float b = load_float(biases.raw(), sdt, gi);
+        for (int j = 0; j < p.group_size; ++j) {
+          const std::int64_t k = g * p.group_size + j;
+          const float q = static_cast<float>(quant::get_code(row, k, p.bits));
+          const float v = quant::round_to(sdt, quant::round_to(sdt, s * q) + b);
+          store_float(out.raw(), odt, r * K + k, v);
+        }
+      } else {
+        // The fp modes compute in the output dtype: the scale is converted to it first (2^-127
+        // flushes to 0 in F16), then the product rounds.
+        const float s = quant::round_to(odt, quant::decode_fp_scale(p.mode, sb[gi]));
+        for (int j = 0; j < p.group_size; ++j) {
+          const std::int64_t k = g * p.group_size + j;
+          const float e = quant::decode_fp_elem(p.mode, quant::get_code(row, k, p.bits));
+          float v = quant::round_to(odt, quant::round_to(odt, e) * s);
+          if (global_scale) v = quant::round_to(odt, v * gfactor);
+          store_float(out.raw(), odt, r * K + k, v);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+int check_scales(const Tensor& scales_in, const Tensor* biases, const QuantParams& p,
+                 const std::string& what) {
+  const Tensor scales = scales_in.contiguous();
+  const std::int64_t n = scales.numel();
+  const std::int64_t groups = scales.ndim() ? scales.dim(-1) : 1;
+  auto where = [&](std::int64_t i) {
+    return "row " + std::to_string(i / std::max<std::int64_t>(groups, 1)) + ", group " +
+           std::to_string(i % std::max<std::int64_t>(groups, 1));
+  };
+  if (p.mode == QuantMode::kAffine) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const Tensor* t = pass == 0 ? &scales : biases;
+      if (t == nullptr || !t->defined()) continue;
+      const Tensor c = t->contiguous();
+      for (std::int64_t i = 0; i < n; ++i) {
+        float v = load_float(c.raw(), c.dtype(), i);
+        if (!std::isfinite(v)) {
+          throw_error(ErrorCategory::kBadInput,
+                      what + ": " + (pass == 0 ? "scales" : "biases") + " hold a non-finite value (" +
+                          std::to_string(v) + ") at " + where(i) +
+                          "; the checkpoint is corrupt: re-download or re-quantize it with mlx_lm.convert");
+        }
+      }
+    }
+    return 0;
+  }
+  const auto* s = static_cast<const std::uint8_t*>(scales.raw());
+  int odd = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (p.mode != QuantMode::kNvfp4 && s[i] == 0xFF) {
+      throw_error(ErrorCategory::kBadInput,
+                  what + ": E8M0 scale byte 255 at " + where(i) + " (" + std::string(quant_mode_name(p.mode)) +
+                      "); MLX decodes it as +inf, which turns the group into inf/NaN. The checkpoint " +
+                      "is corrupt: re-download or re-quantize it");
+    }
+    if (p.mode == QuantMode::kNvfp4 && (s[i] & 0x7F) == 0x7F) ++odd;
+  }
+  return odd;
+}
+
+}  // namespace mlxcel

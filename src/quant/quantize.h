@@ -1,0 +1,58 @@
+#pragma once
+// CPU reference quantize / dequantize, bit-identical with MLX's CPU backend (mlx 0.32, the
+// oracle the tests run). Rules, as established against MLX (MLX_FORMATS.md §1.4, §2):
+// - affine quantize: true min/max in fp32, scale = max((max-min)/n, 1e-7), the edge of larger
+//   magnitude gets q = 0 (scale negated when it is the max), rint, clamp to [0, n]; scales and
+//   biases are stored in the input dtype.
+// - fp quantize: amax = max|w| per group (NaN propagates); mx modes use the smallest power of two
+//   >= amax/emax (emax 6 for fp4, 448 for fp8) as the E8M0 scale (amax = 0 -> byte 127, a
+//   non-finite amax -> byte 128 with every element encoded as for NaN); nvfp4 encodes amax/6 to
+//   E4M3 with RNE. Elements: fp4 is the nearest E2M1 value, ties to the lower LUT index; fp8 is
+//   RNE E4M3, saturating.
+// - affine dequantize computes in the scales dtype (the product and the sum each round to it);
+//   fp dequantize computes in the output dtype (default BF16).
+#include <optional>
+
+#include "core/tensor.h"
+#include "quant/quant_params.h"
+
+namespace mlxcel {
+
+struct QuantizedTensor {
+  Tensor weight;   // U32 [..., N, K*bits/32]
+  Tensor scales;   // [..., N, K/gs]: weight dtype (affine) or U8 (fp modes)
+  Tensor biases;   // affine only; undefined otherwise
+};
+
+// Quantizes a float tensor (F32/F16/BF16, ndim >= 2, last dim divisible by group_size) along
+// its last axis. `global_scale` (nvfp4 only) is MLX's optional per-tensor fp32 scale.
+QuantizedTensor quantize(const Tensor& w, const QuantParams& p,
+                         std::optional<float> global_scale = std::nullopt);
+
+// Dequantizes to `out_dtype` (F32/F16/BF16). Default: the scales dtype for affine, BF16 for the
+// fp modes, as mx.dequantize does.
+Tensor dequantize(const Tensor& w, const Tensor& scales, const Tensor* biases, const QuantParams& p,
+                  std::optional<DType> out_dtype = std::nullopt,
+                  std::optional<float> global_scale = std::nullopt);
+
+namespace quant {
+// Element decoders shared by dequantize and the matmuls.
+float decode_fp_scale(QuantMode mode, std::uint8_t s);
+float decode_fp_elem(QuantMode mode, std::uint32_t code);
+std::uint8_t encode_fp4_nearest(float x);  // ties to the lower E2M1 LUT index, NaN -> 0
+// Smallest E8M0 power of two >= x (MLX CPU rule); x must be finite and > 0.
+std::uint8_t e8m0_ceil(float x);
+// Rounds a float to `t` (F32/F16/BF16) and back.
+float round_to(DType t, float v);
+float load_float(const void* base, DType t, std::int64_t i);
+void store_float(void* base, DType t, std::int64_t i, float v);
+}  // namespace quant
+
+// Adversarial scale check for a loaded quantized tensor: E8M0 byte 255 (+inf in MLX), NaN/inf
+// float scales or biases are rejected with kBadInput naming `what` and the first bad group,
+// because they would turn whole rows into NaN. E4M3 0x7F/0xFF decode to ±480 exactly as MLX's CPU
+// does; they are counted in the return value (callers log a warning).
+int check_scales(const Tensor& scales, const Tensor* biases, const QuantParams& p,
+                 const std::string& what);
+
+}  // namespace mlxcel
