@@ -202,6 +202,7 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
     if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
       for (const auto& x : j["mlp_only_layers"]) c.mlp_only_layers.push_back(x.get<std::int64_t>());
   } else if (c.family == Family::kPhi3) {
+    c.head_dim = c.hidden_size / c.num_attention_heads;  // mlx-lm's phi3 ignores head_dim
     c.partial_rotary_factor = r.number("partial_rotary_factor", 1.0);
     c.original_max_position_embeddings = r.integer("original_max_position_embeddings", 4096);
     const auto& rs = c.rope_scaling;

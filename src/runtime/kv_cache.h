@@ -81,6 +81,7 @@ class SequenceKv {
   std::int64_t length() const { return length_; }
   const std::vector<std::int32_t>& block_table() const { return blocks_; }
   int block_size() const { return pool_.config().block_size; }
+  DType dtype() const { return pool_.config().dtype; }
 
   // Reuses cached full blocks for the longest block-aligned prefix of `tokens` (never the whole
   // prompt: at least one token is left to compute the next-token logits). Call on an empty

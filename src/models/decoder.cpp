@@ -1,0 +1,289 @@
+#include "models/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "backend/cpu/paged_attention.h"
+#include "backend/cpu/rms_norm.h"
+#include "core/error.h"
+#include "quant/quantize.h"
+
+namespace mlxcel::models {
+
+void Norm::apply(const float* x, std::int64_t rows, std::int64_t cols, float* y) const {
+  cpu::rms_norm_ref(x, weight.data(), y, rows, cols, cols, eps, DType::kF32);
+}
+
+Norm load_norm(const WeightSource& w, const std::string& name, std::int64_t dim, float eps,
+               bool plus_one) {
+  Tensor t = w.get(name);
+  if (t.shape() != Shape{dim})
+    throw_error(ErrorCategory::kBadInput, w.describe() + ": tensor '" + name + "' has shape " +
+                                              t.shape_str() + ", expected [" +
+                                              std::to_string(dim) + "]");
+  Norm n;
+  n.eps = eps;
+  n.weight = t.to_f32();
+  if (plus_one) {
+    // mlx-lm computes 1.0 + weight in the weight's dtype.
+    for (auto& v : n.weight) v = quant::round_to(t.dtype(), 1.0f + v);
+  }
+  return n;
+}
+
+Moe load_switch_moe(const WeightSource& w, const std::string& prefix, const ModelConfig& c) {
+  Moe m;
+  m.top_k = static_cast<int>(c.num_experts_per_tok);
+  m.norm_topk_prob = c.norm_topk_prob;
+  m.router = Linear::load(w, prefix + ".gate", c.hidden_size, c.num_experts, false);
+  const std::int64_t E = c.num_experts, H = c.hidden_size, I = c.moe_intermediate_size;
+  auto stack = [&](const char* proj, std::int64_t in, std::int64_t out, std::vector<Linear>& dst) {
+    std::string mod = prefix + ".switch_mlp." + proj;
+    Tensor weight = w.get(mod + ".weight");
+    auto q = w.quant_for(mod);
+    Tensor scales, biases;
+    if (q) {
+      scales = w.get(mod + ".scales");
+      if (has_biases(q->mode)) biases = w.get(mod + ".biases");
+      check_quantized_shapes(weight, scales, biases.defined() ? &biases : nullptr, *q, mod);
+      check_scales(scales, biases.defined() ? &biases : nullptr, *q, mod);
+    }
+    const std::int64_t packed_in = q ? in * q->bits / 32 : in;
+    if (weight.shape() != Shape{E, out, packed_in})
+      throw_error(ErrorCategory::kBadInput,
+                  w.describe() + ": tensor '" + mod + ".weight' has shape " + weight.shape_str() +
+                      ", expected [" + std::to_string(E) + ", " + std::to_string(out) + ", " +
+                      std::to_string(packed_in) + "] (stacked experts)");
+    for (std::int64_t e = 0; e < E; ++e) {
+      dst.push_back(Linear::from_tensors(mod + "[" + std::to_string(e) + "]", weight.select(0, e),
+                                         q ? scales.select(0, e) : Tensor(),
+                                         biases.defined() ? biases.select(0, e) : Tensor(), q, in,
+                                         out));
+    }
+  };
+  stack("gate_proj", H, I, m.gate);
+  stack("up_proj", H, I, m.up);
+  stack("down_proj", I, H, m.down);
+  return m;
+}
+
+void load_embeddings_and_head(Decoder& d, const WeightSource& w) {
+  const ModelConfig& c = d.config();
+  d.embed = Linear::load_embedding(w, "model.embed_tokens", c.vocab_size, c.hidden_size);
+  d.final_norm = load_norm(w, "model.norm.weight", c.hidden_size, static_cast<float>(c.rms_norm_eps),
+                           d.style.norm_plus_one);
+  if (!c.tie_word_embeddings || (c.family == Family::kGemma3Text && w.has("lm_head.weight")))
+    d.lm_head = Linear::load(w, "lm_head", c.hidden_size, c.vocab_size, false);
+}
+
+Decoder::Decoder(ModelConfig config, DecoderStyle s) : Model(std::move(config)), style(s) {}
+
+std::size_t Decoder::weight_bytes() const {
+  std::size_t b = embed.weight_bytes() + (lm_head ? lm_head->weight_bytes() : 0);
+  for (const auto& L : layers) {
+    for (const Linear* l : {&L.q, &L.k, &L.v, &L.qkv, &L.o, &L.gate, &L.up, &L.gate_up, &L.down})
+      b += l->weight_bytes();
+    if (L.moe) {
+      b += L.moe->router.weight_bytes();
+      for (const auto* v : {&L.moe->gate, &L.moe->up, &L.moe->down})
+        for (const auto& l : *v) b += l.weight_bytes();
+    }
+  }
+  return b;
+}
+
+namespace {
+
+float activate(Activation a, float x) {
+  if (a == Activation::kGeluApprox) {
+    constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi), as nn.gelu_approx
+    return 0.5f * x * (1.0f + std::tanh(kC * (x + 0.044715f * x * x * x)));
+  }
+  return x / (1.0f + std::exp(-x));
+}
+
+}  // namespace
+
+void Decoder::attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
+                        const std::vector<std::int64_t>& pos, const std::vector<int>& item_of,
+                        const float* xn, std::int64_t T, float* out) {
+  const ModelConfig& c = config_;
+  const int Hq = static_cast<int>(c.num_attention_heads), Hk = static_cast<int>(c.num_key_value_heads);
+  const int hd = static_cast<int>(c.head_dim);
+  const std::int64_t qn = static_cast<std::int64_t>(Hq) * hd, kn = static_cast<std::int64_t>(Hk) * hd;
+  std::vector<float> q(static_cast<std::size_t>(T * qn)), k(static_cast<std::size_t>(T * kn)),
+      v(static_cast<std::size_t>(T * kn));
+  if (L.qkv.out() > 0) {
+    std::vector<float> qkv(static_cast<std::size_t>(T * (qn + 2 * kn)));
+    L.qkv.forward(xn, T, qkv.data());
+    for (std::int64_t t = 0; t < T; ++t) {
+      const float* r = qkv.data() + t * (qn + 2 * kn);
+      std::copy(r, r + qn, q.data() + t * qn);
+      std::copy(r + qn, r + qn + kn, k.data() + t * kn);
+      std::copy(r + qn + kn, r + qn + 2 * kn, v.data() + t * kn);
+    }
+  } else {
+    L.q.forward(xn, T, q.data());
+    L.k.forward(xn, T, k.data());
+    L.v.forward(xn, T, v.data());
+  }
+  if (style.qk_norm) {
+    L.q_norm.apply(q.data(), T * Hq, hd, q.data());
+    L.k_norm.apply(k.data(), T * Hk, hd, k.data());
+  }
+  // RoPE at each token's absolute position, then append K/V to the token's sequence.
+  std::vector<std::vector<void*>> kblocks(batch.size()), vblocks(batch.size());
+  std::vector<cpu::PagedKv> views(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    auto* kv = batch[i].kv;
+    const auto& table = kv->block_table();
+    for (std::size_t b = 0; b < table.size(); ++b) {
+      kblocks[i].push_back(kv->k_block_of(layer, static_cast<std::int64_t>(b) * kv->block_size()));
+      vblocks[i].push_back(kv->v_block_of(layer, static_cast<std::int64_t>(b) * kv->block_size()));
+    }
+    cpu::PagedKv& pv = views[i];
+    pv.k_blocks = kblocks[i].data();
+    pv.v_blocks = vblocks[i].data();
+    pv.block_size = kv->block_size();
+    pv.n_kv_heads = Hk;
+    pv.head_dim = hd;
+    pv.v_dim = hd;
+    pv.dtype = kv_dtype_;
+  }
+  for (std::int64_t t = 0; t < T; ++t) {
+    for (int h = 0; h < Hq; ++h) L.rope.apply(q.data() + t * qn + h * hd, pos[t]);
+    for (int h = 0; h < Hk; ++h) L.rope.apply(k.data() + t * kn + h * hd, pos[t]);
+    cpu::paged_kv_write(views[item_of[t]], pos[t], k.data() + t * kn, v.data() + t * kn);
+  }
+  const float scale = style.attn_scale > 0 ? style.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> att(static_cast<std::size_t>(T * qn));
+  for (std::int64_t t = 0; t < T; ++t)
+    cpu::paged_attention(q.data() + t * qn, Hq, views[item_of[t]], pos[t], L.window, scale,
+                         att.data() + t * qn);
+  L.o.forward(att.data(), T, out);
+}
+
+void Decoder::moe_forward(const Moe& m, const float* xn, std::int64_t T, float* out) {
+  const std::int64_t H = config_.hidden_size, E = static_cast<std::int64_t>(m.gate.size());
+  const std::int64_t I = m.gate.empty() ? 0 : m.gate[0].out();
+  std::vector<float> gates(static_cast<std::size_t>(T * E));
+  m.router.forward(xn, T, gates.data());
+  // Route: softmax in fp32 (precise), top-k experts, optional renormalization (mlx-lm qwen3_moe).
+  std::vector<std::vector<std::pair<std::int64_t, float>>> per_expert(static_cast<std::size_t>(E));
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(E));
+  for (std::int64_t t = 0; t < T; ++t) {
+    float* g = gates.data() + t * E;
+    float mx = *std::max_element(g, g + E);
+    double z = 0;
+    for (std::int64_t e = 0; e < E; ++e) z += std::exp(static_cast<double>(g[e] - mx));
+    for (std::int64_t e = 0; e < E; ++e) g[e] = static_cast<float>(std::exp(static_cast<double>(g[e] - mx)) / z);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + m.top_k, idx.end(),
+                      [&](std::int64_t a, std::int64_t b) { return g[a] > g[b]; });
+    float sum = 0;
+    for (int j = 0; j < m.top_k; ++j) sum += g[idx[j]];
+    for (int j = 0; j < m.top_k; ++j) {
+      float s = m.norm_topk_prob ? g[idx[j]] / sum : g[idx[j]];
+      per_expert[idx[j]].push_back({t, s});
+    }
+  }
+  std::fill(out, out + T * H, 0.0f);
+  std::vector<float> xs, a, b, y;
+  for (std::int64_t e = 0; e < E; ++e) {
+    const auto& rows = per_expert[e];
+    if (rows.empty()) continue;
+    const std::int64_t n = static_cast<std::int64_t>(rows.size());
+    xs.resize(static_cast<std::size_t>(n * H));
+    for (std::int64_t r = 0; r < n; ++r) std::copy(xn + rows[r].first * H, xn + (rows[r].first + 1) * H, xs.data() + r * H);
+    a.resize(static_cast<std::size_t>(n * I));
+    b.resize(static_cast<std::size_t>(n * I));
+    m.gate[e].forward(xs.data(), n, a.data());
+    m.up[e].forward(xs.data(), n, b.data());
+    for (std::int64_t i = 0; i < n * I; ++i) a[i] = activate(Activation::kSilu, a[i]) * b[i];
+    y.resize(static_cast<std::size_t>(n * H));
+    m.down[e].forward(a.data(), n, y.data());
+    for (std::int64_t r = 0; r < n; ++r) {
+      float* o = out + rows[r].first * H;
+      for (std::int64_t d = 0; d < H; ++d) o[d] += rows[r].second * y[r * H + d];
+    }
+  }
+}
+
+void Decoder::feed_forward(const DecoderLayer& L, const float* xn, std::int64_t T, float* out) {
+  if (L.moe) return moe_forward(*L.moe, xn, T, out);
+  const std::int64_t I = L.down.in();
+  std::vector<float> g(static_cast<std::size_t>(T * I)), u(static_cast<std::size_t>(T * I));
+  if (L.gate_up.out() > 0) {
+    std::vector<float> gu(static_cast<std::size_t>(T * 2 * I));
+    L.gate_up.forward(xn, T, gu.data());
+    for (std::int64_t t = 0; t < T; ++t) {
+      std::copy(gu.data() + t * 2 * I, gu.data() + t * 2 * I + I, g.data() + t * I);
+      std::copy(gu.data() + t * 2 * I + I, gu.data() + (t + 1) * 2 * I, u.data() + t * I);
+    }
+  } else {
+    L.gate.forward(xn, T, g.data());
+    L.up.forward(xn, T, u.data());
+  }
+  for (std::int64_t i = 0; i < T * I; ++i) g[i] = activate(style.activation, g[i]) * u[i];
+  L.down.forward(g.data(), T, out);
+}
+
+void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>>& logits) {
+  const ModelConfig& c = config_;
+  const std::int64_t D = c.hidden_size, V = c.vocab_size;
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int64_t> pos;
+  std::vector<int> item_of;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    auto& it = batch[i];
+    MLXCEL_CHECK(!it.tokens.empty(), ErrorCategory::kInternal, "forward: empty batch item");
+    std::int64_t start = it.kv->reserve(static_cast<std::int64_t>(it.tokens.size()));
+    for (std::size_t j = 0; j < it.tokens.size(); ++j) {
+      tokens.push_back(it.tokens[j]);
+      pos.push_back(start + static_cast<std::int64_t>(j));
+      item_of.push_back(static_cast<int>(i));
+    }
+  }
+  kv_dtype_ = batch.empty() ? DType::kF32 : batch[0].kv->dtype();
+  const std::int64_t T = static_cast<std::int64_t>(tokens.size());
+  std::vector<float> h(static_cast<std::size_t>(T * D)), xn(h.size()), tmp(h.size());
+  embed.gather_rows(tokens.data(), T, h.data());
+  if (style.embed_scale) {
+    const float s = bf16(std::sqrt(static_cast<float>(D))).to_float();
+    for (auto& x : h) x *= s;
+  }
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    DecoderLayer& L = layers[l];
+    L.input_norm.apply(h.data(), T, D, xn.data());
+    attention(L, static_cast<int>(l), batch, pos, item_of, xn.data(), T, tmp.data());
+    if (style.sandwich_norms) {
+      L.post_attn_norm.apply(tmp.data(), T, D, tmp.data());
+      for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
+      L.pre_ff_norm.apply(h.data(), T, D, xn.data());
+      feed_forward(L, xn.data(), T, tmp.data());
+      L.post_ff_norm.apply(tmp.data(), T, D, tmp.data());
+    } else {
+      for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
+      L.post_attn_norm.apply(h.data(), T, D, xn.data());
+      feed_forward(L, xn.data(), T, tmp.data());
+    }
+    for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
+  }
+  // Final norm and the output projection, only for the rows whose logits are wanted.
+  logits.assign(batch.size(), {});
+  std::int64_t row = 0;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const std::int64_t n = static_cast<std::int64_t>(batch[i].tokens.size());
+    const std::int64_t first = batch[i].all_logits ? row : row + n - 1;
+    const std::int64_t count = batch[i].all_logits ? n : 1;
+    std::vector<float> normed(static_cast<std::size_t>(count * D));
+    final_norm.apply(h.data() + first * D, count, D, normed.data());
+    logits[i].resize(static_cast<std::size_t>(count * V));
+    (lm_head ? *lm_head : embed).forward(normed.data(), count, logits[i].data());
+    row += n;
+  }
+  for (auto& it : batch) it.kv->commit(it.tokens);
+}
+
+}  // namespace mlxcel::models

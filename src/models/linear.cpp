@@ -1,0 +1,125 @@
+#include "models/linear.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "quant/qmm.h"
+#include "quant/quantize.h"
+
+namespace mlxcel::models {
+namespace {
+
+[[noreturn]] void shape_error(const WeightSource& w, const std::string& name, const Tensor& t,
+                              const std::string& want) {
+  throw_error(ErrorCategory::kBadInput,
+              w.describe() + ": tensor '" + name + "' has shape " + t.shape_str() + " (" +
+                  std::string(dtype_name(t.dtype())) + "), expected " + want +
+                  " from config.json; the weights do not match the config");
+}
+
+bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+}  // namespace
+
+Linear Linear::load(const WeightSource& w, const std::string& module, std::int64_t in,
+                    std::int64_t out, bool bias) {
+  Linear l;
+  l.name_ = module;
+  l.in_ = in;
+  l.out_ = out;
+  l.weight_ = w.get(module + ".weight");
+  l.quant_ = w.quant_for(module);
+  const std::string want = "[" + std::to_string(out) + ", " + std::to_string(in) + "]";
+  if (l.quant_) {
+    l.scales_ = w.get(module + ".scales");
+    if (has_biases(l.quant_->mode)) l.biases_ = w.get(module + ".biases");
+    check_quantized_shapes(l.weight_, l.scales_, l.biases_.defined() ? &l.biases_ : nullptr,
+                           *l.quant_, module);
+    if (l.weight_.ndim() != 2 || l.weight_.dim(0) != out ||
+        unpacked_dim(l.weight_.dim(1), l.quant_->bits) != in)
+      shape_error(w, module + ".weight", l.weight_, want + " packed as " + l.quant_->str());
+    check_scales(l.scales_, l.biases_.defined() ? &l.biases_ : nullptr, *l.quant_, module);
+  } else {
+    if (!is_float(l.weight_.dtype()))
+      throw_error(ErrorCategory::kBadInput,
+                  w.describe() + ": tensor '" + module + ".weight' is " +
+                      std::string(dtype_name(l.weight_.dtype())) +
+                      " but config.json does not mark it quantized (no '" + module +
+                      ".scales' and no quantization entry)");
+    if (l.weight_.shape() != Shape{out, in}) shape_error(w, module + ".weight", l.weight_, want);
+  }
+  if (bias) {
+    l.bias_ = w.get(module + ".bias");
+    if (l.bias_.shape() != Shape{out}) shape_error(w, module + ".bias", l.bias_, "[" + std::to_string(out) + "]");
+  }
+  return l;
+}
+
+Linear Linear::load_embedding(const WeightSource& w, const std::string& module,
+                              std::int64_t vocab, std::int64_t dim) {
+  return load(w, module, dim, vocab, false);
+}
+
+Linear Linear::from_tensors(std::string name, Tensor weight, Tensor scales, Tensor biases,
+                            std::optional<QuantParams> quant, std::int64_t in, std::int64_t out) {
+  Linear l;
+  l.name_ = std::move(name);
+  l.in_ = in;
+  l.out_ = out;
+  l.weight_ = std::move(weight);
+  l.scales_ = std::move(scales);
+  l.biases_ = std::move(biases);
+  l.quant_ = quant;
+  return l;
+}
+
+std::size_t Linear::weight_bytes() const {
+  std::size_t b = weight_.nbytes();
+  if (scales_.defined()) b += scales_.nbytes();
+  if (biases_.defined()) b += biases_.nbytes();
+  if (bias_.defined()) b += bias_.nbytes();
+  return b;
+}
+
+void Linear::forward(const float* x, std::int64_t m, float* y) const {
+  std::vector<float> row(static_cast<std::size_t>(in_));
+  const Tensor w = weight_.contiguous();
+  for (std::int64_t n = 0; n < out_; ++n) {
+    if (quant_) {
+      quant::decode_row_f32(w, scales_, biases_.defined() ? &biases_ : nullptr, *quant_, n, row.data());
+    } else {
+      for (std::int64_t k = 0; k < in_; ++k)
+        row[k] = quant::load_float(w.raw(), w.dtype(), n * in_ + k);
+    }
+    float b = bias_.defined() ? quant::load_float(bias_.raw(), bias_.dtype(), n) : 0.0f;
+    for (std::int64_t i = 0; i < m; ++i) {
+      const float* xi = x + i * in_;
+      float acc = 0.0f;
+      for (std::int64_t k = 0; k < in_; ++k) acc += xi[k] * row[k];
+      y[i * out_ + n] = acc + b;
+    }
+  }
+}
+
+void Linear::gather_rows(const std::int32_t* ids, std::int64_t n, float* out) const {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int32_t id = ids[i];
+    if (id < 0 || id >= out_)
+      throw_error(ErrorCategory::kBadInput, "token id " + std::to_string(id) +
+                                                " is outside the vocabulary (0.." +
+                                                std::to_string(out_ - 1) + ")");
+    float* o = out + i * in_;
+    if (quant_) {
+      quant::decode_row_f32(weight_, scales_, biases_.defined() ? &biases_ : nullptr, *quant_, id, o);
+      // mx.dequantize of an affine embedding rounds to the scales dtype.
+      if (quant_->mode == QuantMode::kAffine)
+        for (std::int64_t k = 0; k < in_; ++k) o[k] = quant::round_to(scales_.dtype(), o[k]);
+    } else {
+      for (std::int64_t k = 0; k < in_; ++k)
+        o[k] = quant::load_float(weight_.raw(), weight_.dtype(), id * in_ + k);
+    }
+  }
+}
+
+}  // namespace mlxcel::models

@@ -1,0 +1,31 @@
+#include "models/model.h"
+
+#include "core/error.h"
+#include "models/families.h"
+
+namespace mlxcel::models {
+
+runtime::KvCacheConfig Model::kv_config(std::int64_t num_blocks, int block_size, DType dtype) const {
+  runtime::KvCacheConfig k;
+  k.n_layers = static_cast<int>(config_.num_hidden_layers);
+  k.n_kv_heads = static_cast<int>(config_.num_key_value_heads);
+  k.head_dim = static_cast<int>(config_.head_dim);
+  k.dtype = dtype;
+  k.block_size = block_size;
+  k.num_blocks = num_blocks;
+  return k;
+}
+
+std::unique_ptr<Model> build_model(const ModelConfig& c, const WeightSource& w) {
+  switch (c.family) {
+    case Family::kLlama: return build_llama(c, w);
+    case Family::kQwen2: return build_qwen2(c, w);
+    case Family::kQwen3: return build_qwen3(c, w);
+    case Family::kQwen3Moe: return build_qwen3_moe(c, w);
+    case Family::kGemma3Text: return build_gemma3_text(c, w);
+    case Family::kPhi3: return build_phi3(c, w);
+  }
+  throw_error(ErrorCategory::kUnsupported, "no implementation for this model family");
+}
+
+}  // namespace mlxcel::models

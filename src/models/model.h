@@ -1,0 +1,46 @@
+#pragma once
+// A loaded model: runs one forward step over a batch of sequences, each bringing new tokens
+// and its own paged KV cache (continuous batching: prefill chunks and single decode tokens mix
+// in one step; the dense layers see all tokens of the step at once, so each weight is read once
+// per step).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "models/model_config.h"
+#include "models/weights.h"
+#include "runtime/kv_cache.h"
+
+namespace mlxcel::models {
+
+struct BatchItem {
+  runtime::SequenceKv* kv = nullptr;
+  std::span<const std::int32_t> tokens;  // appended after kv->length()
+  bool all_logits = false;               // logits for every token (traces), else the last only
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return config_; }
+
+  // logits[i] holds item i's rows (tokens.size() × vocab when all_logits, else vocab). Appends
+  // the tokens' K/V to each item's cache and commits them.
+  virtual void forward(std::span<BatchItem> batch, std::vector<std::vector<float>>& logits) = 0;
+
+  // The KV layout this model needs; the caller picks the block count.
+  runtime::KvCacheConfig kv_config(std::int64_t num_blocks, int block_size = 32,
+                                   DType dtype = DType::kF32) const;
+  virtual std::size_t weight_bytes() const = 0;
+
+ protected:
+  explicit Model(ModelConfig c) : config_(std::move(c)) {}
+  ModelConfig config_;
+};
+
+// Builds the model of `config.family` from `weights`; throws bad_input for missing or
+// mismatched tensors and unsupported for a family without an implementation.
+std::unique_ptr<Model> build_model(const ModelConfig& config, const WeightSource& weights);
+
+}  // namespace mlxcel::models
