@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -38,10 +39,13 @@ void store_float(void* base, DType t, std::int64_t i, float v) {
 }
 
 float decode_fp_scale(QuantMode mode, std::uint8_t s) {
+  if (fp_scale_invalid(mode, s)) return 0.0f;
   return mode == QuantMode::kNvfp4 ? fp8_e4m3_to_float(s) : fp8_e8m0_to_float(s);
 }
 
 float decode_fp_elem(QuantMode mode, std::uint32_t code) {
+  // E4M3 0x7F/0xFF are NaN in mx.dequantize; mlxcel decodes them to 0.
+  if (mode == QuantMode::kMxfp8 && (code & 0x7Fu) == 0x7Fu) return 0.0f;
   return mode == QuantMode::kMxfp8 ? fp8_e4m3_to_float(static_cast<std::uint8_t>(code))
                                    : fp4_e2m1_to_float(static_cast<std::uint8_t>(code));
 }
@@ -62,9 +66,17 @@ std::uint8_t encode_fp4_nearest(float x) {
 }
 
 std::uint8_t e8m0_ceil(float x) {
-  int e = static_cast<int>(std::ceil(std::log2(x)));
+  // Nearest power of two in the log domain, then one step up when it is still below x: exact
+  // even where log2f rounds (x = 2^k * (1 + 2^-23) gets 2^(k+1)).
+  int e = static_cast<int>(std::round(std::log2(x)));
   e = std::clamp(e, -127, 127);
-  return static_cast<std::uint8_t>(e + 127);
+  std::uint8_t b = static_cast<std::uint8_t>(e + 127);
+  if (b < 0xFE && fp8_e8m0_to_float(b) < x) ++b;
+  return b;
+}
+
+bool fp_scale_invalid(QuantMode mode, std::uint8_t s) {
+  return mode == QuantMode::kNvfp4 ? (s & 0x7F) == 0x7F : s == 0xFF;
 }
 
 }  // namespace quant
@@ -96,15 +108,21 @@ void quantize_affine_group(const void* src, DType t, std::int64_t base, int gs, 
     w_max = std::max(w_max, v);
     w_min = std::min(w_min, v);
   }
-  const bool mask = std::fabs(w_min) > std::fabs(w_max);
-  float scale = std::max((w_max - w_min) / n_bins, eps);
-  scale = mask ? scale : -scale;
-  const float edge = mask ? w_min : w_max;
-  const float q0 = std::rint(edge / scale);
-  float bias = 0;
-  if (q0 != 0) {
-    scale = edge / q0;
-    bias = edge;
+  float scale, bias = 0;
+  if (bits == 1) {
+    // MLX's 1-bit rule is plain min/max: the two codes are w_min and w_min + scale.
+    scale = std::max(w_max - w_min, eps);
+    bias = w_min;
+  } else {
+    const bool mask = std::fabs(w_min) > std::fabs(w_max);
+    scale = std::max((w_max - w_min) / n_bins, eps);
+    scale = mask ? scale : -scale;
+    const float edge = mask ? w_min : w_max;
+    const float q0 = std::rint(edge / scale);
+    if (q0 != 0) {
+      scale = edge / q0;
+      bias = edge;
+    }
   }
   for (int j = 0; j < gs; ++j) {
     float v = load_float(src, t, base + j);
@@ -163,8 +181,9 @@ QuantizedTensor quantize(const Tensor& w_in, const QuantParams& p, std::optional
       std::uint8_t sbyte;
       float decoded;
       float encode = 1.0f;
+      // amax / emax is computed in the input dtype (F16 / BF16 round it) before encoding.
       if (p.mode == QuantMode::kNvfp4) {
-        float s = amax / 6.0f;
+        float s = quant::round_to(w.dtype(), amax / 6.0f);
         if (global_scale) {
           const float factor = *global_scale / (448.0f * 6.0f);
           encode = factor != 0.0f ? 1.0f / factor : 1.0f;
@@ -173,7 +192,7 @@ QuantizedTensor quantize(const Tensor& w_in, const QuantParams& p, std::optional
         sbyte = float_to_fp8_e4m3(s);
         decoded = fp8_e4m3_to_float(sbyte);
       } else {
-        const float s = amax / (fp8 ? 448.0f : 6.0f);
+        const float s = quant::round_to(w.dtype(), amax / (fp8 ? 448.0f : 6.0f));
         if (amax == 0.0f) {
           sbyte = 127;
           decoded = 1.0f;
@@ -189,7 +208,8 @@ QuantizedTensor quantize(const Tensor& w_in, const QuantParams& p, std::optional
       static_cast<std::uint8_t*>(out.scales.raw())[gi] = sbyte;
       for (int j = 0; j < p.group_size; ++j) {
         float v = load_float(src, w.dtype(), base + j);
-        float y = decoded == 0.0f ? 0.0f : (v * encode) / decoded;
+        // The CPU graph divides in the input dtype (F16 results below 2^-14 round there).
+        float y = decoded == 0.0f ? 0.0f : quant::round_to(w.dtype(), (v * encode) / decoded);
         std::uint32_t code = fp8 ? float_to_fp8_e4m3(y) : quant::encode_fp4_nearest(y);
         quant::put_code(row, g * p.group_size + j, p.bits, code);
       }
@@ -205,9 +225,12 @@ Tensor dequantize(const Tensor& w_in, const Tensor& scales_in, const Tensor* bia
   const Tensor scales = scales_in.contiguous();
   Tensor biases;
   if (biases_in) biases = biases_in->contiguous();
-  const DType odt = out_dtype ? *out_dtype
+  // With a global scale (nvfp4) MLX computes in the requested dtype, then multiplies by the F32
+  // factor, so the result is F32.
+  const DType cdt = out_dtype ? *out_dtype
                               : (p.mode == QuantMode::kAffine ? scales.dtype() : DType::kBF16);
-  MLXCEL_CHECK(odt == DType::kF32 || odt == DType::kF16 || odt == DType::kBF16, ErrorCategory::kBadInput,
+  const DType odt = global_scale ? DType::kF32 : cdt;
+  MLXCEL_CHECK(cdt == DType::kF32 || cdt == DType::kF16 || cdt == DType::kBF16, ErrorCategory::kBadInput,
                "dequantize: output dtype must be F32, F16 or BF16");
   Shape oshape = w.shape();
   oshape.back() = unpacked_dim(w.dim(-1), p.bits);
@@ -219,8 +242,7 @@ Tensor dequantize(const Tensor& w_in, const Tensor& scales_in, const Tensor* bia
   const auto* wq = static_cast<const std::uint8_t*>(w.raw());
   const auto* sb = static_cast<const std::uint8_t*>(scales.raw());
   const DType sdt = scales.dtype();
-  float gfactor = 1.0f;
-  if (global_scale) gfactor = quant::round_to(odt, *global_scale / (448.0f * 6.0f));
+  const float gfactor = global_scale ? *global_scale / (448.0f * 6.0f) : 1.0f;
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::uint8_t* row = wq + r * row_bytes;
     for (std::int64_t g = 0; g < groups; ++g) {
@@ -238,12 +260,13 @@ Tensor dequantize(const Tensor& w_in, const Tensor& scales_in, const Tensor* bia
       } else {
         // The fp modes compute in the output dtype: the scale is converted to it first (2^-127
         // flushes to 0 in F16), then the product rounds.
-        const float s = quant::round_to(odt, quant::decode_fp_scale(p.mode, sb[gi]));
+        // Invalid scale bytes (E8M0 255, E4M3 0x7F/0xFF: inf/NaN in MLX) give a zero group.
+        const float s = quant::round_to(cdt, quant::decode_fp_scale(p.mode, sb[gi]));
         for (int j = 0; j < p.group_size; ++j) {
           const std::int64_t k = g * p.group_size + j;
           const float e = quant::decode_fp_elem(p.mode, quant::get_code(row, k, p.bits));
-          float v = quant::round_to(odt, quant::round_to(odt, e) * s);
-          if (global_scale) v = quant::round_to(odt, v * gfactor);
+          // With a global scale the F32 factor multiplies the scale first (MLX's order).
+          const float v = global_scale ? e * (s * gfactor) : quant::round_to(cdt, quant::round_to(cdt, e) * s);
           store_float(out.raw(), odt, r * K + k, v);
         }
       }
@@ -252,7 +275,7 @@ Tensor dequantize(const Tensor& w_in, const Tensor& scales_in, const Tensor* bia
   return out;
 }
 
-int check_scales(const Tensor& scales_in, const Tensor* biases, const QuantParams& p,
+void check_scales(const Tensor& scales_in, const Tensor* biases, const QuantParams& p,
                  const std::string& what) {
   const Tensor scales = scales_in.contiguous();
   const std::int64_t n = scales.numel();
@@ -276,20 +299,20 @@ int check_scales(const Tensor& scales_in, const Tensor* biases, const QuantParam
         }
       }
     }
-    return 0;
+    return;
   }
   const auto* s = static_cast<const std::uint8_t*>(scales.raw());
-  int odd = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    if (p.mode != QuantMode::kNvfp4 && s[i] == 0xFF) {
-      throw_error(ErrorCategory::kBadInput,
-                  what + ": E8M0 scale byte 255 at " + where(i) + " (" + std::string(quant_mode_name(p.mode)) +
-                      "); MLX decodes it as +inf, which turns the group into inf/NaN. The checkpoint " +
-                      "is corrupt: re-download or re-quantize it");
-    }
-    if (p.mode == QuantMode::kNvfp4 && (s[i] & 0x7F) == 0x7F) ++odd;
+    if (!quant::fp_scale_invalid(p.mode, s[i])) continue;
+    const bool e8 = p.mode != QuantMode::kNvfp4;
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", s[i]);
+    throw_error(ErrorCategory::kBadInput,
+                what + ": " + (e8 ? "E8M0" : "E4M3") + " scale byte " + hex + " at " + where(i) + " (" +
+                    std::string(quant_mode_name(p.mode)) + "); MLX decodes it as " + (e8 ? "+inf" : "NaN") +
+                    ", which turns the group into NaN. The checkpoint is corrupt: re-download it or "
+                    "re-quantize it with mlx_lm.convert");
   }
-  return odd;
 }
 
 }  // namespace mlxcel

@@ -1,9 +1,9 @@
 #pragma once
 // CPU reference quantize / dequantize, bit-identical with MLX's CPU backend (mlx 0.32, the
 // oracle the tests run). Rules, as established against MLX (MLX_FORMATS.md §1.4, §2):
-// - affine quantize: true min/max in fp32, scale = max((max-min)/n, 1e-7), the edge of larger
+// - affine quantize (2..8 bits): true min/max in fp32, scale = max((max-min)/n, 1e-7), the edge of larger
 //   magnitude gets q = 0 (scale negated when it is the max), rint, clamp to [0, n]; scales and
-//   biases are stored in the input dtype.
+//   biases are stored in the input dtype. 1 bit: scale = max(max-min, 1e-7), bias = min.
 // - fp quantize: amax = max|w| per group (NaN propagates); mx modes use the smallest power of two
 //   >= amax/emax (emax 6 for fp4, 448 for fp8) as the E8M0 scale (amax = 0 -> byte 127, a
 //   non-finite amax -> byte 128 with every element encoded as for NaN); nvfp4 encodes amax/6 to
@@ -30,7 +30,8 @@ QuantizedTensor quantize(const Tensor& w, const QuantParams& p,
                          std::optional<float> global_scale = std::nullopt);
 
 // Dequantizes to `out_dtype` (F32/F16/BF16). Default: the scales dtype for affine, BF16 for the
-// fp modes, as mx.dequantize does.
+// fp modes, as mx.dequantize does; with an nvfp4 global scale the result is F32 (MLX promotes).
+// Invalid fp scale bytes (fp_scale_invalid) dequantize their group to 0 where MLX gives NaN/inf.
 Tensor dequantize(const Tensor& w, const Tensor& scales, const Tensor* biases, const QuantParams& p,
                   std::optional<DType> out_dtype = std::nullopt,
                   std::optional<float> global_scale = std::nullopt);
@@ -42,17 +43,17 @@ float decode_fp_elem(QuantMode mode, std::uint32_t code);
 std::uint8_t encode_fp4_nearest(float x);  // ties to the lower E2M1 LUT index, NaN -> 0
 // Smallest E8M0 power of two >= x (MLX CPU rule); x must be finite and > 0.
 std::uint8_t e8m0_ceil(float x);
+// E8M0 255 and E4M3 0x7F/0xFF: scales MLX decodes to inf/NaN. mlxcel decodes them to 0.
+bool fp_scale_invalid(QuantMode mode, std::uint8_t s);
 // Rounds a float to `t` (F32/F16/BF16) and back.
 float round_to(DType t, float v);
 float load_float(const void* base, DType t, std::int64_t i);
 void store_float(void* base, DType t, std::int64_t i, float v);
 }  // namespace quant
 
-// Adversarial scale check for a loaded quantized tensor: E8M0 byte 255 (+inf in MLX), NaN/inf
-// float scales or biases are rejected with kBadInput naming `what` and the first bad group,
-// because they would turn whole rows into NaN. E4M3 0x7F/0xFF decode to ±480 exactly as MLX's CPU
-// does; they are counted in the return value (callers log a warning).
-int check_scales(const Tensor& scales, const Tensor* biases, const QuantParams& p,
-                 const std::string& what);
+// Adversarial scale check for a loaded quantized tensor: E8M0 byte 255 (+inf in MLX), E4M3
+// 0x7F/0xFF (NaN in mx.dequantize) and NaN/inf float scales or biases are rejected with
+// kBadInput naming `what` and the first bad group, since MLX would turn those groups into NaN.
+void check_scales(const Tensor& scales, const Tensor* biases, const QuantParams& p, const std::string& what);
 
 }  // namespace mlxcel
