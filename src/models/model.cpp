@@ -5,8 +5,8 @@
 
 namespace mlxcel::models {
 
-runtime::KvCacheConfig Model::kv_config(std::int64_t num_blocks, int block_size, DType dtype) const {
-  runtime::KvCacheConfig k;
+KvCacheConfig Model::kv_config(std::int64_t num_blocks, int block_size, DType dtype) const {
+  KvCacheConfig k;
   k.n_layers = static_cast<int>(config_.num_hidden_layers);
   k.n_kv_heads = static_cast<int>(config_.num_key_value_heads);
   k.head_dim = static_cast<int>(config_.head_dim);

@@ -10,12 +10,12 @@
 
 #include "models/model_config.h"
 #include "models/weights.h"
-#include "runtime/kv_cache.h"
+#include "models/kv_cache.h"
 
 namespace mlxcel::models {
 
 struct BatchItem {
-  runtime::SequenceKv* kv = nullptr;
+  SequenceKv* kv = nullptr;
   std::span<const std::int32_t> tokens;  // appended after kv->length()
   bool all_logits = false;               // logits for every token (traces), else the last only
 };
@@ -30,7 +30,7 @@ class Model {
   virtual void forward(std::span<BatchItem> batch, std::vector<std::vector<float>>& logits) = 0;
 
   // The KV layout this model needs; the caller picks the block count.
-  runtime::KvCacheConfig kv_config(std::int64_t num_blocks, int block_size = 32,
+  KvCacheConfig kv_config(std::int64_t num_blocks, int block_size = 32,
                                    DType dtype = DType::kF32) const;
   virtual std::size_t weight_bytes() const = 0;
 

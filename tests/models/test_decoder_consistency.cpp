@@ -121,12 +121,12 @@ TEST_P(DecoderConsistency, IncrementalBatchedAndPrefixReuseAgree) {
   auto [type, quantize] = GetParam();
   Tiny t = make(type, quantize);
   auto model = build_model(t.cfg, t.w);
-  runtime::KvBlockPool pool(model->kv_config(64, 4));
+  KvBlockPool pool(model->kv_config(64, 4));
   const int V = static_cast<int>(t.cfg.vocab_size);
   auto p = prompt(11, 1);
 
   // One prefill with every row's logits.
-  runtime::SequenceKv full(pool);
+  SequenceKv full(pool);
   std::vector<std::vector<float>> out;
   std::vector<BatchItem> b = {{&full, p, true}};
   model->forward(b, out);
@@ -134,7 +134,7 @@ TEST_P(DecoderConsistency, IncrementalBatchedAndPrefixReuseAgree) {
   for (float x : ref) ASSERT_TRUE(std::isfinite(x));
 
   // Token by token.
-  runtime::SequenceKv inc(pool);
+  SequenceKv inc(pool);
   for (std::size_t i = 0; i < p.size(); ++i) {
     std::vector<BatchItem> one = {{&inc, std::span<const std::int32_t>(&p[i], 1), false}};
     model->forward(one, out);
@@ -143,11 +143,11 @@ TEST_P(DecoderConsistency, IncrementalBatchedAndPrefixReuseAgree) {
 
   // Two sequences in one batch: a decode step of `inc` beside a prefill of another prompt.
   auto p2 = prompt(7, 2);
-  runtime::SequenceKv alone(pool);
+  SequenceKv alone(pool);
   std::vector<BatchItem> a = {{&alone, p2, false}};
   model->forward(a, out);
   std::vector<float> alone_logits = out[0];
-  runtime::SequenceKv other(pool), inc_copy(pool);
+  SequenceKv other(pool), inc_copy(pool);
   std::vector<BatchItem> pre = {{&inc_copy, p, false}};
   model->forward(pre, out);
   std::int32_t next = 3;
@@ -159,11 +159,11 @@ TEST_P(DecoderConsistency, IncrementalBatchedAndPrefixReuseAgree) {
   // Prefix reuse: a sequence that starts with the cached 8-token prefix of `full`.
   auto p3 = p;
   p3.push_back(9);
-  runtime::SequenceKv reuse(pool);
+  SequenceKv reuse(pool);
   EXPECT_EQ(reuse.reuse_prefix(p3), 8);
   std::vector<BatchItem> rest = {{&reuse, std::span<const std::int32_t>(p3).subspan(8), false}};
   model->forward(rest, out);
-  runtime::SequenceKv fresh(pool);
+  SequenceKv fresh(pool);
   std::vector<BatchItem> f = {{&fresh, p3, false}};
   std::vector<std::vector<float>> out2;
   model->forward(f, out2);

@@ -4,10 +4,10 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "runtime/kv_cache.h"
+#include "models/kv_cache.h"
 
 using namespace mlxcel;
-using namespace mlxcel::runtime;
+using namespace mlxcel::models;
 
 namespace {
 KvCacheConfig small_cfg(std::int64_t blocks) {

@@ -17,7 +17,7 @@
 
 #include "core/dtype.h"
 
-namespace mlxcel::runtime {
+namespace mlxcel::models {
 
 struct KvCacheConfig {
   int n_layers = 0;
@@ -112,4 +112,4 @@ class SequenceKv {
 // Chained hash of a block's tokens given the hash of everything before it (never 0).
 std::uint64_t kv_block_hash(std::uint64_t prev, std::span<const std::int32_t> tokens);
 
-}  // namespace mlxcel::runtime
+}  // namespace mlxcel::models

@@ -1,4 +1,4 @@
-#include "runtime/kv_cache.h"
+#include "models/kv_cache.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace mlxcel::runtime {
+namespace mlxcel::models {
 
 std::size_t KvCacheConfig::k_block_bytes() const {
   return static_cast<std::size_t>(n_kv_heads) * block_size * head_dim * dtype_size(dtype);
@@ -187,4 +187,4 @@ void* SequenceKv::v_block_of(int layer, std::int64_t pos) const {
   return pool_.v_block(layer, blocks_[pos / block_size()]);
 }
 
-}  // namespace mlxcel::runtime
+}  // namespace mlxcel::models
