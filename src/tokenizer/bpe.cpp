@@ -63,9 +63,17 @@ std::unique_ptr<Bpe> Bpe::from_json(const nlohmann::json& j) {
     for (const auto& m : j["merges"]) {
       if (m.is_string()) {
         auto s = m.get<std::string>();
-        auto sp = s.find(' ');
+        // Vocabularies with real spaces in tokens (Llama 2's "  ") make "a b" ambiguous: take
+        // the first split whose halves are both tokens.
+        size_t sp = s.find(' ');
         if (sp == std::string::npos)
           throw_error(ErrorCategory::kBadInput, "tokenizer.json: merge '" + s + "' is not 'a b'");
+        for (size_t q = sp; q != std::string::npos; q = s.find(' ', q + 1)) {
+          if (vocab.count(s.substr(0, q)) && vocab.count(s.substr(q + 1))) {
+            sp = q;
+            break;
+          }
+        }
         merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
       } else {
         merges.emplace_back(m.at(0).get<std::string>(), m.at(1).get<std::string>());
