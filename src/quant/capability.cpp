@@ -38,7 +38,7 @@ constexpr Rule kRules[] = {
     {BackendKind::kCuda, QuantMode::kMxfp4, 0, RouteKind::kNative, QuantMode::kMxfp4, 0, 0, ""},
     {BackendKind::kCuda, QuantMode::kMxfp8, 0, RouteKind::kNative, QuantMode::kMxfp8, 0, 0, ""},
     {BackendKind::kCuda, QuantMode::kNvfp4, 0, RouteKind::kConvert, QuantMode::kAffine, 8, 32,
-     "no nvfp4 GPU kernel; dequantized and re-quantized (error <= half an 8-bit step)"},
+     "no nvfp4 GPU kernel; dequantized and re-quantized (error below two 8-bit steps of the group range)"},
 
     {BackendKind::kRocm, QuantMode::kAffine, 4, RouteKind::kNative, QuantMode::kAffine, 0, 0, ""},
     {BackendKind::kRocm, QuantMode::kAffine, 8, RouteKind::kNative, QuantMode::kAffine, 0, 0, ""},
@@ -47,7 +47,7 @@ constexpr Rule kRules[] = {
     {BackendKind::kRocm, QuantMode::kMxfp4, 0, RouteKind::kNative, QuantMode::kMxfp4, 0, 0, ""},
     {BackendKind::kRocm, QuantMode::kMxfp8, 0, RouteKind::kNative, QuantMode::kMxfp8, 0, 0, ""},
     {BackendKind::kRocm, QuantMode::kNvfp4, 0, RouteKind::kConvert, QuantMode::kAffine, 8, 32,
-     "no nvfp4 GPU kernel; dequantized and re-quantized (error <= half an 8-bit step)"},
+     "no nvfp4 GPU kernel; dequantized and re-quantized (error below two 8-bit steps of the group range)"},
 };
 
 bool exact_conversion(const QuantParams& from, const QuantParams& to) {

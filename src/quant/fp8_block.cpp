@@ -46,7 +46,9 @@ Tensor dequantize_f32(const Tensor& weight_in, const Tensor& scale_in, Fp8Block 
                                                   std::to_string(j / block.cols) +
                                                   "); the checkpoint is corrupt: re-download it");
       }
-      o[i * C + j] = fp8_e4m3_to_float(q[i * C + j]) * s;
+      // E4M3 0x7F/0xFF are NaN in mx.from_fp8; mlxcel reads them as 0 (no NaN enters the model).
+      const std::uint8_t b = q[i * C + j];
+      o[i * C + j] = (b & 0x7F) == 0x7F ? 0.0f : fp8_e4m3_to_float(b) * s;
     }
   }
   return out;

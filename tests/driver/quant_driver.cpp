@@ -6,6 +6,7 @@
 //   embed       IN{ids,h,weight,scales[,biases]}           -> OUT{emb,logits}
 //   convert     IN{weight,scales[,biases]}                 -> OUT{weight,scales[,biases],w} (to_mode= to_bits= to_gs=)
 //   fp8         IN{weight,scale_inv}                       -> OUT{w,weight,scales} (block=128)
+//   awq         IN{qweight,scales[,qzeros]}                -> OUT{weight,scales,biases} (gs=)
 //   dump        DIR OUT: every tensor of the checkpoint, as loaded by mlxcel
 // Quantization parameters: mode= bits= gs= (unset: the mode's defaults).
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/quant_plan.h"
 #include "io/safetensors.h"
 #include "quant/capability.h"
 #include "quant/fp8_block.h"
@@ -110,6 +112,12 @@ int main(int argc, char** argv) {
              {"w32", dequantize_fp8_block(w, f->tensor("scale_inv"), b, DType::kF32)},
              {"weight", q.weight},
              {"scales", q.scales}};
+    } else if (op == "awq") {
+      Tensor qz;
+      if (f->has("qzeros")) qz = f->tensor("qzeros");
+      QuantizedTensor q = repack_awq(f->tensor("qweight"), f->tensor("scales"), qz.defined() ? &qz : nullptr,
+                                     p.group_size, "awq");
+      res = {{"weight", q.weight}, {"scales", q.scales}, {"biases", q.biases}};
     } else {
       std::fprintf(stderr, "unknown op %s\n", op.c_str());
       return 2;
