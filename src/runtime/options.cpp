@@ -1,0 +1,74 @@
+#include "runtime/options.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace mlxcel::runtime {
+
+std::int64_t parse_int_flag(const std::string& flag, const std::string& value, std::int64_t lo,
+                            std::int64_t hi) {
+  std::size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(value, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size())
+    throw_error(ErrorCategory::kBadInput, flag + " needs an integer, got '" + value + "'");
+  if (v < lo || v > hi)
+    throw_error(ErrorCategory::kBadInput, flag + " must be between " + std::to_string(lo) +
+                                              " and " + std::to_string(hi) + ", got " + value);
+  return v;
+}
+
+double parse_float_flag(const std::string& flag, const std::string& value) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(value, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size() || !std::isfinite(v))
+    throw_error(ErrorCategory::kBadInput, flag + " needs a number, got '" + value + "'");
+  return v;
+}
+
+bool parse_sampling_flag(const std::vector<std::string>& args, std::size_t& i, SamplingParams& p) {
+  const std::string& a = args[i];
+  auto value = [&]() -> const std::string& {
+    if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, a + " needs a value");
+    return args[++i];
+  };
+  if (a == "--temp" || a == "--temperature") p.temperature = static_cast<float>(parse_float_flag(a, value()));
+  else if (a == "--top-p") p.top_p = static_cast<float>(parse_float_flag(a, value()));
+  else if (a == "--top-k") p.top_k = static_cast<int>(parse_int_flag(a, value(), 0, 1 << 24));
+  else if (a == "--min-p") p.min_p = static_cast<float>(parse_float_flag(a, value()));
+  else if (a == "--seed") p.seed = static_cast<std::uint64_t>(parse_int_flag(a, value(), 0, std::numeric_limits<std::int64_t>::max()));
+  else if (a == "--repeat-penalty") p.repetition_penalty = static_cast<float>(parse_float_flag(a, value()));
+  else if (a == "--repeat-last-n") {
+    int n = static_cast<int>(parse_int_flag(a, value(), 0, 1 << 24));
+    p.repetition_context = p.presence_context = p.frequency_context = n;
+  } else if (a == "--presence-penalty") p.presence_penalty = static_cast<float>(parse_float_flag(a, value()));
+  else if (a == "--frequency-penalty") p.frequency_penalty = static_cast<float>(parse_float_flag(a, value()));
+  else return false;
+  return true;
+}
+
+const char* sampling_flags_help() {
+  return "sampling:\n"
+         "  --temp T               temperature (0 = greedy)\n"
+         "  --top-p P              nucleus sampling mass (1 = off)\n"
+         "  --top-k K              keep the K most likely tokens (0 = off)\n"
+         "  --min-p M              drop tokens below M x the top probability (0 = off)\n"
+         "  --seed S               seed for reproducible sampling\n"
+         "  --repeat-penalty R     multiplicative repetition penalty (1 = off)\n"
+         "  --repeat-last-n N      tokens the penalties look back over (default 20)\n"
+         "  --presence-penalty X   subtract X once per recent token\n"
+         "  --frequency-penalty X  subtract X per occurrence of a recent token\n";
+}
+
+}  // namespace mlxcel::runtime
