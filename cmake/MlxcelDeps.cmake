@@ -27,8 +27,16 @@ find_path(HTTPLIB_INCLUDE_DIR httplib.h)
 if(NOT HTTPLIB_INCLUDE_DIR)
   message(FATAL_ERROR "libcpp-httplib-dev is missing (httplib.h): run scripts/setup.sh")
 endif()
-add_library(mlxcel::httplib INTERFACE IMPORTED GLOBAL)
-set_target_properties(mlxcel::httplib PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${HTTPLIB_INCLUDE_DIR})
+# Debian builds cpp-httplib as a compiled library (declarations in httplib.h, code in
+# libcpp-httplib.so); only the server links it, so other binaries stay free of it.
+find_library(HTTPLIB_LIBRARY NAMES cpp-httplib)
+if(NOT HTTPLIB_LIBRARY)
+  message(FATAL_ERROR "libcpp-httplib is missing: run scripts/setup.sh (apt-get install libcpp-httplib-dev)")
+endif()
+add_library(mlxcel::httplib UNKNOWN IMPORTED GLOBAL)
+set_target_properties(mlxcel::httplib PROPERTIES
+  IMPORTED_LOCATION ${HTTPLIB_LIBRARY}
+  INTERFACE_INCLUDE_DIRECTORIES ${HTTPLIB_INCLUDE_DIR})
 
 if(MLXCEL_BUILD_TESTS)
   find_package(GTest REQUIRED)

@@ -1,0 +1,291 @@
+#include "server/engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "runtime/generator.h"
+#include "runtime/stop_strings.h"
+#include "tokenizer/reasoning.h"
+#include "tokenizer/streaming_decoder.h"
+
+namespace mlxcel::server {
+
+void EventChannel::push(EngineEvent e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.push_back(std::move(e));
+  }
+  cv_.notify_one();
+}
+
+std::optional<EngineEvent> EventChannel::pop(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !q_.empty(); })) return std::nullopt;
+  EngineEvent e = std::move(q_.front());
+  q_.pop_front();
+  return e;
+}
+
+struct Engine::Slot {
+  Slot(std::shared_ptr<EngineRequest> r, models::KvBlockPool& pool, const Tokenizer& tok)
+      : req(std::move(r)),
+        kv(pool),
+        sampler(req->sampling, 0),
+        detok(tok, true),
+        stop(req->stop) {}
+  std::shared_ptr<EngineRequest> req;
+  models::SequenceKv kv;
+  std::size_t prefilled = 0;
+  std::int64_t cached = 0;
+  std::vector<std::int32_t> history;
+  runtime::Sampler sampler;
+  StreamingDecoder detok;
+  runtime::StopMatcher stop;
+  std::optional<ReasoningSplitter> split;
+  std::int64_t generated = 0;
+  std::int32_t next_input = -1;  // sampled token to feed on the next step
+  std::chrono::steady_clock::time_point last_token;
+  bool done = false;
+};
+
+Engine::Engine(models::Model& model, const runtime::ChatFormatter& fmt, EngineOptions opts,
+               ServerMetrics& metrics)
+    : model_(model), fmt_(fmt), opts_(std::move(opts)), metrics_(metrics) {
+  const std::int64_t blocks = runtime::blocks_for(opts_.ctx_size, opts_.block_size, opts_.parallel);
+  pool_ = std::make_unique<models::KvBlockPool>(model_.kv_config(blocks, opts_.block_size));
+  metrics_.kv_blocks_total.set(static_cast<double>(blocks));
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string Engine::unhealthy_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unhealthy_reason_;
+}
+
+std::size_t Engine::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+bool Engine::submit(const std::shared_ptr<EngineRequest>& r) {
+  const std::int64_t n = static_cast<std::int64_t>(r->prompt.size());
+  if (n == 0) throw_error(ErrorCategory::kBadInput, "the prompt is empty");
+  if (n >= opts_.ctx_size)
+    throw_error(ErrorCategory::kBadInput,
+                "the prompt has " + std::to_string(n) + " tokens but the context holds " +
+                    std::to_string(opts_.ctx_size) + " (--ctx-size); shorten the prompt");
+  const std::int64_t vocab = model_.config().vocab_size;
+  for (auto t : r->prompt)
+    if (t < 0 || t >= vocab)
+      throw_error(ErrorCategory::kBadInput, "token id " + std::to_string(t) + " is outside the vocabulary");
+  r->sampling.validate(vocab);
+  r->submitted = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!healthy_.load())
+      throw_error(ErrorCategory::kDeviceFault, "the engine is unhealthy: " + unhealthy_reason_);
+    const std::size_t free_slots =
+        static_cast<std::size_t>(std::max(0, opts_.parallel - active_.load()));
+    if (queue_.size() >= opts_.max_queue + free_slots) return false;
+    queue_.push_back(r);
+    metrics_.queue_depth.set(static_cast<double>(queue_.size()));
+  }
+  metrics_.requests_total.add();
+  cv_.notify_all();
+  return true;
+}
+
+void Engine::finish(Slot& s, const std::string& reason) {
+  if (s.done) return;
+  s.done = true;
+  // Release text held back by the detokenizer / stop matcher / reasoning splitter.
+  EngineEvent tail;
+  if (reason != "cancelled") {
+    std::string rest = s.stop.stopped() ? "" : s.detok.flush() + s.stop.flush();
+    if (s.split) {
+      ReasoningDelta d = s.split->push(rest);
+      ReasoningDelta f = s.split->flush();
+      tail.content = d.content + f.content;
+      tail.reasoning = d.reasoning + f.reasoning;
+    } else {
+      tail.content = rest;
+    }
+    if (!tail.content.empty() || !tail.reasoning.empty()) s.req->events.push(std::move(tail));
+  }
+  EngineEvent done;
+  done.kind = EngineEvent::Kind::kDone;
+  done.finish_reason = reason;
+  done.prompt_tokens = static_cast<std::int64_t>(s.req->prompt.size());
+  done.completion_tokens = s.generated;
+  done.cached_tokens = s.cached;
+  s.req->events.push(std::move(done));
+  auto now = std::chrono::steady_clock::now();
+  metrics_.request_seconds.observe(std::chrono::duration<double>(now - s.req->submitted).count());
+  if (reason == "cancelled") metrics_.requests_cancelled_total.add();
+}
+
+void Engine::loop() {
+  std::vector<std::unique_ptr<Slot>> slots;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !slots.empty(); });
+      if (stopping_) break;
+      // Admit waiting requests into free slots (between steps: continuous batching).
+      while (static_cast<int>(slots.size()) < opts_.parallel && !queue_.empty()) {
+        auto r = queue_.front();
+        queue_.pop_front();
+        if (r->cancelled.load()) {
+          metrics_.requests_cancelled_total.add();
+          continue;
+        }
+        auto s = std::make_unique<Slot>(r, *pool_, fmt_.tokenizer());
+        s->cached = s->kv.reuse_prefix(r->prompt);
+        s->prefilled = static_cast<std::size_t>(s->cached);
+        s->history = r->prompt;
+        if (r->split_reasoning) {
+          const auto& mk = fmt_.reasoning_markers();
+          s->split.emplace(mk.start, mk.end, r->starts_in_reasoning);
+        }
+        metrics_.prefix_cache_hit_tokens_total.add(static_cast<double>(s->cached));
+        slots.push_back(std::move(s));
+      }
+      metrics_.queue_depth.set(static_cast<double>(queue_.size()));
+    }
+    active_.store(static_cast<int>(slots.size()));
+    metrics_.active_slots.set(static_cast<double>(slots.size()));
+    if (slots.empty()) continue;
+    try {
+      step(slots);
+    } catch (const Error& e) {
+      LOG_ERROR("engine step failed: " << e.what());
+      if (e.category() == ErrorCategory::kDeviceFault || e.category() == ErrorCategory::kInternal) {
+        std::lock_guard<std::mutex> lock(mu_);
+        healthy_.store(false);
+        unhealthy_reason_ = e.what();
+      }
+      for (auto& s : slots) {
+        EngineEvent ev;
+        ev.kind = EngineEvent::Kind::kError;
+        ev.error_status = e.category() == ErrorCategory::kOutOfMemory ? 503 : 500;
+        ev.error_message = e.what();
+        s->req->events.push(std::move(ev));
+        metrics_.requests_failed_total.add();
+        s->done = true;
+      }
+    }
+    slots.erase(std::remove_if(slots.begin(), slots.end(), [](const auto& s) { return s->done; }),
+                slots.end());
+    active_.store(static_cast<int>(slots.size()));
+    metrics_.kv_blocks_used.set(static_cast<double>(pool_->used_blocks()));
+  }
+  // Shutdown: tell every waiting or active request.
+  for (auto& s : slots) finish(*s, "cancelled");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& r : queue_) {
+    EngineEvent ev;
+    ev.kind = EngineEvent::Kind::kError;
+    ev.error_status = 503;
+    ev.error_message = "the server is shutting down";
+    r->events.push(std::move(ev));
+  }
+  queue_.clear();
+}
+
+void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<models::BatchItem> batch;
+  std::vector<Slot*> owners;
+  std::vector<std::int32_t> decode_inputs(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    Slot& s = *slots[i];
+    if (s.req->cancelled.load()) {
+      finish(s, "cancelled");
+      continue;
+    }
+    if (now > s.req->deadline) {
+      EngineEvent ev;
+      ev.kind = EngineEvent::Kind::kError;
+      ev.error_status = 503;
+      ev.error_message = "the request timed out (--timeout)";
+      s.req->events.push(std::move(ev));
+      s.done = true;
+      continue;
+    }
+    const auto& prompt = s.req->prompt;
+    if (s.prefilled < prompt.size()) {
+      std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(opts_.prefill_chunk), prompt.size() - s.prefilled);
+      batch.push_back({&s.kv, std::span<const std::int32_t>(prompt).subspan(s.prefilled, n), false});
+    } else {
+      decode_inputs[i] = s.next_input;
+      batch.push_back({&s.kv, std::span<const std::int32_t>(&decode_inputs[i], 1), false});
+    }
+    owners.push_back(&s);
+  }
+  if (batch.empty()) return;
+  std::vector<std::vector<float>> logits;
+  model_.forward(batch, logits);
+
+  for (std::size_t b = 0; b < owners.size(); ++b) {
+    Slot& s = *owners[b];
+    const auto& prompt = s.req->prompt;
+    bool first = false;
+    if (s.prefilled < prompt.size()) {
+      s.prefilled += batch[b].tokens.size();
+      metrics_.prompt_tokens_total.add(static_cast<double>(batch[b].tokens.size()));
+      if (s.prefilled < prompt.size()) continue;  // more prompt chunks to go
+      first = true;
+    }
+    const int ntop = std::max(0, s.req->top_logprobs);
+    runtime::SampleResult r = s.sampler.sample(logits[b], s.history, ntop);
+    auto t = std::chrono::steady_clock::now();
+    if (first) metrics_.ttft_seconds.observe(std::chrono::duration<double>(t - s.req->submitted).count());
+    else metrics_.inter_token_seconds.observe(std::chrono::duration<double>(t - s.last_token).count());
+    s.last_token = t;
+    const auto& eos = opts_.eos_ids;
+    if (std::find(eos.begin(), eos.end(), r.token) != eos.end()) {
+      finish(s, "stop");
+      continue;
+    }
+    s.generated++;
+    s.history.push_back(r.token);
+    metrics_.generated_tokens_total.add();
+    auto m = s.stop.push(s.detok.push(r.token));
+    EngineEvent ev;
+    if (s.split) {
+      ReasoningDelta d = s.split->push(m.emit);
+      ev.content = std::move(d.content);
+      ev.reasoning = std::move(d.reasoning);
+    } else {
+      ev.content = std::move(m.emit);
+    }
+    if (s.req->top_logprobs >= 0) ev.tokens.push_back({r.token, r.logprob, r.top});
+    if (!ev.content.empty() || !ev.reasoning.empty() || !ev.tokens.empty()) s.req->events.push(std::move(ev));
+    if (m.stopped) {
+      finish(s, "stop");
+      continue;
+    }
+    const bool max_reached = s.req->max_tokens > 0 && s.generated >= s.req->max_tokens;
+    const bool ctx_full = s.kv.length() + 1 >= opts_.ctx_size;
+    if (max_reached || ctx_full) {
+      finish(s, "length");
+      continue;
+    }
+    s.next_input = r.token;
+  }
+}
+
+}  // namespace mlxcel::server

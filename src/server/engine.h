@@ -1,0 +1,123 @@
+#pragma once
+// The serving engine: one thread owns the model, the KV block pool and every slot; HTTP workers
+// submit requests and read events through per-request channels. Continuous batching: between
+// steps, waiting requests take free slots; each step runs one Model::forward over every active
+// slot — a chunk of prompt for slots still prefilling (chunked prefill, interleaved with decode)
+// and one token for each decoding slot. Prompt prefixes already in the KV cache are reused.
+#include <atomic>
+#include <condition_variable>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "models/kv_cache.h"
+#include "models/model.h"
+#include "runtime/chat.h"
+#include "runtime/sampler.h"
+#include "server/metrics.h"
+
+namespace mlxcel::server {
+
+struct TokenInfo {
+  std::int32_t id = 0;
+  float logprob = 0;
+  std::vector<runtime::TokenLogprob> top;
+};
+
+struct EngineEvent {
+  enum class Kind : std::uint8_t { kDelta, kDone, kError } kind = Kind::kDelta;
+  std::string content;    // answer text
+  std::string reasoning;  // text inside the reasoning markers
+  std::vector<TokenInfo> tokens;  // the tokens behind this delta (for logprobs)
+  std::string finish_reason;      // kDone: "stop" | "length" | "cancelled"
+  std::int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  int error_status = 500;         // kError
+  std::string error_message;
+};
+
+// Thread-safe event queue between the engine thread and one HTTP worker.
+class EventChannel {
+ public:
+  void push(EngineEvent e);
+  // Waits up to `timeout`; returns nullopt on timeout.
+  std::optional<EngineEvent> pop(std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<EngineEvent> q_;
+};
+
+struct EngineRequest {
+  std::vector<std::int32_t> prompt;
+  runtime::SamplingParams sampling;
+  std::int64_t max_tokens = 0;   // 0 = up to the context
+  std::vector<std::string> stop;
+  int top_logprobs = -1;         // -1: no logprobs
+  bool split_reasoning = false;
+  bool starts_in_reasoning = false;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+
+  std::atomic<bool> cancelled{false};
+  EventChannel events;
+  std::chrono::steady_clock::time_point submitted;
+};
+
+struct EngineOptions {
+  int parallel = 4;                 // slots
+  std::int64_t ctx_size = 4096;     // per slot
+  std::size_t max_queue = 64;       // waiting requests beyond the slots
+  std::int64_t prefill_chunk = 256; // prompt tokens per slot per step
+  int block_size = 32;
+  std::vector<std::int32_t> eos_ids;
+};
+
+class Engine {
+ public:
+  Engine(models::Model& model, const runtime::ChatFormatter& fmt, EngineOptions opts,
+         ServerMetrics& metrics);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Returns false when the queue is full (the caller answers 429).
+  // Throws bad_input when the prompt cannot fit a slot's context.
+  bool submit(const std::shared_ptr<EngineRequest>& r);
+  void stop();
+
+  bool healthy() const { return healthy_.load(); }
+  std::string unhealthy_reason() const;
+  int active_slots() const { return active_.load(); }
+  std::size_t queued() const;
+  std::int64_t ctx_size() const { return opts_.ctx_size; }
+  const models::KvBlockPool& pool() const { return *pool_; }
+
+ private:
+  struct Slot;
+  void loop();
+  void step(std::vector<std::unique_ptr<Slot>>& slots);
+  void finish(Slot& s, const std::string& reason);
+
+  models::Model& model_;
+  const runtime::ChatFormatter& fmt_;
+  EngineOptions opts_;
+  ServerMetrics& metrics_;
+  std::unique_ptr<models::KvBlockPool> pool_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<EngineRequest>> queue_;
+  bool stopping_ = false;
+  std::atomic<bool> healthy_{true};
+  std::string unhealthy_reason_;
+  std::atomic<int> active_{0};
+  std::thread thread_;
+};
+
+}  // namespace mlxcel::server
