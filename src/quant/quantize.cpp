@@ -250,6 +250,9 @@ QuantizedTensor quantize(const Tensor& w_in, const QuantParams& p, std::optional
         float v = load_float(src, w.dtype(), base + j);
         // The CPU graph divides in the input dtype (F16 results below 2^-14 round there).
         float y = decoded == 0.0f ? 0.0f : quant::round_to(w.dtype(), (v * encode) / decoded);
+        // A NaN scale (non-finite amax) leaves each element NaN carrying the weight's sign, which
+        // the fp8 encoder saturates to +-448 as MLX does.
+        if (std::isnan(decoded)) y = std::copysign(std::numeric_limits<float>::quiet_NaN(), v);
         std::uint32_t code = fp8 ? float_to_fp8_e4m3(y) : quant::encode_fp4_nearest(y);
         quant::put_code(row, g * p.group_size + j, p.bits, code);
       }
