@@ -130,9 +130,20 @@ void dequant_affine(const DequantArgs& a) {
       const float s = to_f32<S>(sc[r * a.groups + g]);
       const float b = to_f32<S>(bi[r * a.groups + g]);
       O* o = out + r * a.K + g * gs;
-      for (int j = 0; j < gs; ++j) {
-        const float q = static_cast<float>(quant::get_code(row, g * gs + j, bits));
-        o[j] = from_f32<O>(round_t<S>(round_t<S>(s * q) + b));
+      auto put = [&](int j, std::uint32_t code) {
+        o[j] = from_f32<O>(round_t<S>(round_t<S>(s * static_cast<float>(code)) + b));
+      };
+      if (bits == 8) {
+        const std::uint8_t* c = row + g * gs;
+        for (int j = 0; j < gs; ++j) put(j, c[j]);
+      } else if (bits == 4) {
+        const std::uint8_t* c = row + g * gs / 2;
+        for (int j = 0; j < gs / 2; ++j) {
+          put(2 * j, c[j] & 0xFu);
+          put(2 * j + 1, c[j] >> 4);
+        }
+      } else {
+        for (int j = 0; j < gs; ++j) put(j, quant::get_code(row, g * gs + j, bits));
       }
     }
   }
@@ -154,9 +165,19 @@ void dequant_fp(const DequantArgs& a) {
       const float s = round_t<C>(quant::decode_fp_scale(a.p.mode, a.sb[r * a.groups + g]));
       const float sg = s * a.gfactor;
       O* o = out + r * a.K + g * gs;
-      for (int j = 0; j < gs; ++j) {
-        const float e = lut[quant::get_code(row, g * gs + j, bits)];
+      auto put = [&](int j, std::uint32_t code) {
+        const float e = lut[code];
         o[j] = from_f32<O>(a.global ? e * sg : round_t<C>(e * s));
+      };
+      if (bits == 8) {
+        const std::uint8_t* c = row + g * gs;
+        for (int j = 0; j < gs; ++j) put(j, c[j]);
+      } else {
+        const std::uint8_t* c = row + g * gs / 2;
+        for (int j = 0; j < gs / 2; ++j) {
+          put(2 * j, c[j] & 0xFu);
+          put(2 * j + 1, c[j] >> 4);
+        }
       }
     }
   }
