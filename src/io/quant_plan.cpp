@@ -27,8 +27,12 @@ bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
+bool byte_scales(DType t) { return t == DType::kU8 || t == DType::kF8E8M0 || t == DType::kF8E4M3; }
+
+// Shapes and scale dtype class agree with `p` (affine keeps float scales, the fp modes U8).
 bool shapes_fit(const TensorEntry& w, const TensorEntry& s, const QuantParams& p) {
   if (w.shape.empty() || s.shape.empty()) return false;
+  if ((p.mode == QuantMode::kAffine) == byte_scales(s.dtype)) return false;
   const std::int64_t wk = w.shape.back() * 32;
   return wk % p.bits == 0 && wk / p.bits == s.shape.back() * p.group_size;
 }
@@ -38,7 +42,7 @@ bool shapes_fit(const TensorEntry& w, const TensorEntry& s, const QuantParams& p
 std::optional<QuantParams> infer_params(const TensorEntry& w, const TensorEntry& s, const QuantParams& top) {
   if (w.shape.empty() || s.shape.empty() || s.shape.back() == 0) return std::nullopt;
   const std::int64_t wl = w.shape.back(), sl = s.shape.back();
-  if (s.dtype == DType::kU8 || s.dtype == DType::kF8E8M0 || s.dtype == DType::kF8E4M3) {
+  if (byte_scales(s.dtype)) {
     for (QuantMode m : {QuantMode::kNvfp4, QuantMode::kMxfp4, QuantMode::kMxfp8}) {
       QuantParams p = default_params(m);
       if (shapes_fit(w, s, p)) return p;

@@ -350,6 +350,14 @@ Checkpoint Checkpoint::open(const std::string& dir) {
       index_map[it.key()] = f;
     }
     shard_names.assign(files.begin(), files.end());
+    for (const auto& de : fs::directory_iterator(dir)) {
+      const std::string n = de.path().filename().string();
+      if (n.rfind("model", 0) == 0 && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0 &&
+          files.count(n) == 0) {
+        LOG_WARN(dir << ": " << n << " is not named by model.safetensors.index.json and is ignored "
+                     "(mlx-lm would load it too; remove it if it is stale)");
+      }
+    }
   } else {
     for (const auto& de : fs::directory_iterator(dir)) {
       const std::string n = de.path().filename().string();

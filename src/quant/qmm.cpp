@@ -11,30 +11,63 @@
 namespace mlxcel {
 namespace quant {
 
+namespace {
+// Element values of the fp modes by code, invalid codes already 0.
+struct FpLut {
+  float e4m3[256];
+  float e2m1[16];
+  FpLut() {
+    for (int i = 0; i < 256; ++i) e4m3[i] = decode_fp_elem(QuantMode::kMxfp8, static_cast<std::uint32_t>(i));
+    for (int i = 0; i < 16; ++i) e2m1[i] = fp4_e2m1_to_float(static_cast<std::uint8_t>(i));
+  }
+};
+const FpLut& fp_lut() {
+  static const FpLut lut;
+  return lut;
+}
+}  // namespace
+
 void decode_row_f32(const Tensor& w, const Tensor& scales, const Tensor* biases, const QuantParams& p,
                     std::int64_t row, float* out) {
   const std::int64_t K = unpacked_dim(w.dim(-1), p.bits);
   const std::int64_t groups = K / p.group_size;
+  const int gs = p.group_size;
   const auto* wr = static_cast<const std::uint8_t*>(w.raw()) + row * (K * p.bits / 8);
   if (p.mode == QuantMode::kAffine) {
     const DType sdt = scales.dtype();
     for (std::int64_t g = 0; g < groups; ++g) {
       const float s = load_float(scales.raw(), sdt, row * groups + g);
       const float b = load_float(biases->raw(), sdt, row * groups + g);
-      for (int j = 0; j < p.group_size; ++j) {
-        const std::int64_t k = g * p.group_size + j;
-        const float prod = s * static_cast<float>(get_code(wr, k, p.bits));
-        out[k] = prod + b;
+      float* o = out + g * gs;
+      if (p.bits == 8) {
+        const std::uint8_t* c = wr + g * gs;
+        for (int j = 0; j < gs; ++j) o[j] = s * static_cast<float>(c[j]) + b;
+      } else if (p.bits == 4) {
+        const std::uint8_t* c = wr + g * gs / 2;
+        for (int j = 0; j < gs / 2; ++j) {
+          o[2 * j] = s * static_cast<float>(c[j] & 0xF) + b;
+          o[2 * j + 1] = s * static_cast<float>(c[j] >> 4) + b;
+        }
+      } else {
+        for (int j = 0; j < gs; ++j) o[j] = s * static_cast<float>(get_code(wr, g * gs + j, p.bits)) + b;
       }
     }
     return;
   }
+  const FpLut& lut = fp_lut();
   const auto* sb = static_cast<const std::uint8_t*>(scales.raw()) + row * groups;
   for (std::int64_t g = 0; g < groups; ++g) {
     const float s = decode_fp_scale(p.mode, sb[g]);
-    for (int j = 0; j < p.group_size; ++j) {
-      const std::int64_t k = g * p.group_size + j;
-      out[k] = decode_fp_elem(p.mode, get_code(wr, k, p.bits)) * s;
+    float* o = out + g * gs;
+    if (p.mode == QuantMode::kMxfp8) {
+      const std::uint8_t* c = wr + g * gs;
+      for (int j = 0; j < gs; ++j) o[j] = lut.e4m3[c[j]] * s;
+    } else {
+      const std::uint8_t* c = wr + g * gs / 2;
+      for (int j = 0; j < gs / 2; ++j) {
+        o[2 * j] = lut.e2m1[c[j] & 0xF] * s;
+        o[2 * j + 1] = lut.e2m1[c[j] >> 4] * s;
+      }
     }
   }
 }
@@ -122,9 +155,17 @@ void matmul_one(const float* x, std::int64_t M, const MatrixView& mv, std::int64
       quant::decode_row_f32(w, s, bp, p, n, rowbuf.data());
       for (std::int64_t m = 0; m < M; ++m) {
         const float* xr = x + m * K;
-        double acc = 0.0;
-        for (std::int64_t k = 0; k < K; ++k) acc += static_cast<double>(xr[k]) * rowbuf[k];
-        out[m * N + n] = acc;
+        // Four independent double accumulators (exact products, fixed order: deterministic).
+        double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+        std::int64_t k = 0;
+        for (; k + 4 <= K; k += 4) {
+          a0 += static_cast<double>(xr[k]) * rowbuf[k];
+          a1 += static_cast<double>(xr[k + 1]) * rowbuf[k + 1];
+          a2 += static_cast<double>(xr[k + 2]) * rowbuf[k + 2];
+          a3 += static_cast<double>(xr[k + 3]) * rowbuf[k + 3];
+        }
+        for (; k < K; ++k) a0 += static_cast<double>(xr[k]) * rowbuf[k];
+        out[m * N + n] = (a0 + a1) + (a2 + a3);
       }
     }
   } else {

@@ -12,43 +12,10 @@
 namespace mlxcel {
 namespace quant {
 
-float round_to(DType t, float v) {
-  switch (t) {
-    case DType::kBF16: return bf16(v).to_float();
-    case DType::kF16: return f16(v).to_float();
-    default: return v;
-  }
-}
 
-float load_float(const void* base, DType t, std::int64_t i) {
-  switch (t) {
-    case DType::kF32: return static_cast<const float*>(base)[i];
-    case DType::kBF16: return static_cast<const bf16*>(base)[i].to_float();
-    case DType::kF16: return static_cast<const f16*>(base)[i].to_float();
-    default: throw_error(ErrorCategory::kInternal, "load_float: not a float dtype");
-  }
-}
 
-void store_float(void* base, DType t, std::int64_t i, float v) {
-  switch (t) {
-    case DType::kF32: static_cast<float*>(base)[i] = v; break;
-    case DType::kBF16: static_cast<bf16*>(base)[i] = bf16(v); break;
-    case DType::kF16: static_cast<f16*>(base)[i] = f16(v); break;
-    default: throw_error(ErrorCategory::kInternal, "store_float: not a float dtype");
-  }
-}
 
-float decode_fp_scale(QuantMode mode, std::uint8_t s) {
-  if (fp_scale_invalid(mode, s)) return 0.0f;
-  return mode == QuantMode::kNvfp4 ? fp8_e4m3_to_float(s) : fp8_e8m0_to_float(s);
-}
 
-float decode_fp_elem(QuantMode mode, std::uint32_t code) {
-  // E4M3 0x7F/0xFF are NaN in mx.dequantize; mlxcel decodes them to 0.
-  if (mode == QuantMode::kMxfp8 && (code & 0x7Fu) == 0x7Fu) return 0.0f;
-  return mode == QuantMode::kMxfp8 ? fp8_e4m3_to_float(static_cast<std::uint8_t>(code))
-                                   : fp4_e2m1_to_float(static_cast<std::uint8_t>(code));
-}
 
 std::uint8_t encode_fp4_nearest(float x) {
   // MLX's CPU path picks argmin |x - LUT[i]| over the 16 E2M1 codes; exact ties resolve to the
@@ -75,9 +42,6 @@ std::uint8_t e8m0_ceil(float x) {
   return b;
 }
 
-bool fp_scale_invalid(QuantMode mode, std::uint8_t s) {
-  return mode == QuantMode::kNvfp4 ? (s & 0x7F) == 0x7F : s == 0xFF;
-}
 
 }  // namespace quant
 
@@ -134,6 +98,103 @@ void quantize_affine_group(const void* src, DType t, std::int64_t base, int gs, 
   }
   *scale_out = scale;
   *bias_out = bias;
+}
+
+struct DequantArgs {
+  const std::uint8_t* wq;
+  const std::uint8_t* sb;
+  const void* scales;
+  const void* biases;
+  void* out;
+  std::int64_t rows, groups, K, row_bytes;
+  QuantParams p;
+  bool global;
+  float gfactor;
+};
+
+template <typename T>
+inline float round_t(float v) {
+  return to_f32<T>(from_f32<T>(v));
+}
+
+// mx.dequantize on the CPU computes affine in the scales dtype S: s*q and (+ b) each round to S.
+template <typename S, typename O>
+void dequant_affine(const DequantArgs& a) {
+  const S* sc = static_cast<const S*>(a.scales);
+  const S* bi = static_cast<const S*>(a.biases);
+  O* out = static_cast<O*>(a.out);
+  const int gs = a.p.group_size, bits = a.p.bits;
+  for (std::int64_t r = 0; r < a.rows; ++r) {
+    const std::uint8_t* row = a.wq + r * a.row_bytes;
+    for (std::int64_t g = 0; g < a.groups; ++g) {
+      const float s = to_f32<S>(sc[r * a.groups + g]);
+      const float b = to_f32<S>(bi[r * a.groups + g]);
+      O* o = out + r * a.K + g * gs;
+      auto put = [&](int j, std::uint32_t code) {
+        o[j] = from_f32<O>(round_t<S>(round_t<S>(s * static_cast<float>(code)) + b));
+      };
+      if (bits == 8) {
+        const std::uint8_t* c = row + g * gs;
+        for (int j = 0; j < gs; ++j) put(j, c[j]);
+      } else if (bits == 4) {
+        const std::uint8_t* c = row + g * gs / 2;
+        for (int j = 0; j < gs / 2; ++j) {
+          put(2 * j, c[j] & 0xFu);
+          put(2 * j + 1, c[j] >> 4);
+        }
+      } else {
+        for (int j = 0; j < gs; ++j) put(j, quant::get_code(row, g * gs + j, bits));
+      }
+    }
+  }
+}
+
+// The fp modes compute in the requested dtype C: the scale converts to C first (2^-127 flushes to
+// 0 in F16), then the product rounds. With a global scale the F32 factor multiplies the scale
+// first (MLX's order) and the result stays F32. Invalid scale bytes give a zero group.
+template <typename C, typename O>
+void dequant_fp(const DequantArgs& a) {
+  O* out = static_cast<O*>(a.out);
+  const int gs = a.p.group_size, bits = a.p.bits;
+  float lut[256];
+  const int ncodes = bits == 8 ? 256 : 16;
+  for (int c = 0; c < ncodes; ++c) lut[c] = round_t<C>(quant::decode_fp_elem(a.p.mode, static_cast<std::uint32_t>(c)));
+  for (std::int64_t r = 0; r < a.rows; ++r) {
+    const std::uint8_t* row = a.wq + r * a.row_bytes;
+    for (std::int64_t g = 0; g < a.groups; ++g) {
+      const float s = round_t<C>(quant::decode_fp_scale(a.p.mode, a.sb[r * a.groups + g]));
+      const float sg = s * a.gfactor;
+      O* o = out + r * a.K + g * gs;
+      auto put = [&](int j, std::uint32_t code) {
+        const float e = lut[code];
+        o[j] = from_f32<O>(a.global ? e * sg : round_t<C>(e * s));
+      };
+      if (bits == 8) {
+        const std::uint8_t* c = row + g * gs;
+        for (int j = 0; j < gs; ++j) put(j, c[j]);
+      } else {
+        const std::uint8_t* c = row + g * gs / 2;
+        for (int j = 0; j < gs / 2; ++j) {
+          put(2 * j, c[j] & 0xFu);
+          put(2 * j + 1, c[j] >> 4);
+        }
+      }
+    }
+  }
+}
+
+template <typename F>
+void dispatch1(DType t, F&& f) {
+  switch (t) {
+    case DType::kBF16: f(bf16{}); break;
+    case DType::kF16: f(f16{}); break;
+    default: f(float{}); break;
+  }
+}
+
+template <typename F>
+void dispatch2(DType a, DType b, F&& f) {
+  dispatch1(a, [&](auto ta) { dispatch1(b, [&](auto tb) { f(ta, tb); }); });
 }
 
 }  // namespace
@@ -210,6 +271,9 @@ QuantizedTensor quantize(const Tensor& w_in, const QuantParams& p, std::optional
         float v = load_float(src, w.dtype(), base + j);
         // The CPU graph divides in the input dtype (F16 results below 2^-14 round there).
         float y = decoded == 0.0f ? 0.0f : quant::round_to(w.dtype(), (v * encode) / decoded);
+        // A NaN scale (non-finite amax) leaves each element NaN carrying the weight's sign, which
+        // the fp8 encoder saturates to +-448 as MLX does.
+        if (std::isnan(decoded)) y = std::copysign(std::numeric_limits<float>::quiet_NaN(), v);
         std::uint32_t code = fp8 ? float_to_fp8_e4m3(y) : quant::encode_fp4_nearest(y);
         quant::put_code(row, g * p.group_size + j, p.bits, code);
       }
@@ -243,34 +307,16 @@ Tensor dequantize(const Tensor& w_in, const Tensor& scales_in, const Tensor* bia
   const auto* sb = static_cast<const std::uint8_t*>(scales.raw());
   const DType sdt = scales.dtype();
   const float gfactor = global_scale ? *global_scale / (448.0f * 6.0f) : 1.0f;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::uint8_t* row = wq + r * row_bytes;
-    for (std::int64_t g = 0; g < groups; ++g) {
-      const std::int64_t gi = r * groups + g;
-      if (p.mode == QuantMode::kAffine) {
-        // mx.dequantize on the CPU computes in the scales dtype: s*q and (+ b) each round.
-        const float s = load_float(scales.raw(), sdt, gi);
-        const float b = load_float(biases.raw(), sdt, gi);
-        for (int j = 0; j < p.group_size; ++j) {
-          const std::int64_t k = g * p.group_size + j;
-          const float q = static_cast<float>(quant::get_code(row, k, p.bits));
-          const float v = quant::round_to(sdt, quant::round_to(sdt, s * q) + b);
-          store_float(out.raw(), odt, r * K + k, v);
-        }
-      } else {
-        // The fp modes compute in the output dtype: the scale is converted to it first (2^-127
-        // flushes to 0 in F16), then the product rounds.
-        // Invalid scale bytes (E8M0 255, E4M3 0x7F/0xFF: inf/NaN in MLX) give a zero group.
-        const float s = quant::round_to(cdt, quant::decode_fp_scale(p.mode, sb[gi]));
-        for (int j = 0; j < p.group_size; ++j) {
-          const std::int64_t k = g * p.group_size + j;
-          const float e = quant::decode_fp_elem(p.mode, quant::get_code(row, k, p.bits));
-          // With a global scale the F32 factor multiplies the scale first (MLX's order).
-          const float v = global_scale ? e * (s * gfactor) : quant::round_to(cdt, quant::round_to(cdt, e) * s);
-          store_float(out.raw(), odt, r * K + k, v);
-        }
-      }
-    }
+  DequantArgs a{wq, sb, scales.raw(), biases.defined() ? biases.raw() : nullptr, out.raw(), rows, groups, K,
+                row_bytes, p, global_scale.has_value(), gfactor};
+  if (p.mode == QuantMode::kAffine) {
+    dispatch2(sdt, odt, [&](auto s_tag, auto o_tag) {
+      dequant_affine<decltype(s_tag), decltype(o_tag)>(a);
+    });
+  } else {
+    dispatch2(cdt, odt, [&](auto c_tag, auto o_tag) {
+      dequant_fp<decltype(c_tag), decltype(o_tag)>(a);
+    });
   }
   return out;
 }

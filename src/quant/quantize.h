@@ -37,18 +37,47 @@ Tensor dequantize(const Tensor& w, const Tensor& scales, const Tensor* biases, c
                   std::optional<float> global_scale = std::nullopt);
 
 namespace quant {
-// Element decoders shared by dequantize and the matmuls.
-float decode_fp_scale(QuantMode mode, std::uint8_t s);
-float decode_fp_elem(QuantMode mode, std::uint32_t code);
+// E8M0 255 and E4M3 0x7F/0xFF: scales MLX decodes to inf/NaN. mlxcel decodes them to 0.
+inline bool fp_scale_invalid(QuantMode mode, std::uint8_t s) {
+  return mode == QuantMode::kNvfp4 ? (s & 0x7F) == 0x7F : s == 0xFF;
+}
+inline float decode_fp_scale(QuantMode mode, std::uint8_t s) {
+  if (fp_scale_invalid(mode, s)) return 0.0f;
+  return mode == QuantMode::kNvfp4 ? fp8_e4m3_to_float(s) : fp8_e8m0_to_float(s);
+}
+// E4M3 elements 0x7F/0xFF are NaN in mx.dequantize; mlxcel decodes them to 0.
+inline float decode_fp_elem(QuantMode mode, std::uint32_t code) {
+  if (mode == QuantMode::kMxfp8) {
+    return (code & 0x7Fu) == 0x7Fu ? 0.0f : fp8_e4m3_to_float(static_cast<std::uint8_t>(code));
+  }
+  return fp4_e2m1_to_float(static_cast<std::uint8_t>(code));
+}
 std::uint8_t encode_fp4_nearest(float x);  // ties to the lower E2M1 LUT index, NaN -> 0
 // Smallest E8M0 power of two >= x (MLX CPU rule); x must be finite and > 0.
 std::uint8_t e8m0_ceil(float x);
-// E8M0 255 and E4M3 0x7F/0xFF: scales MLX decodes to inf/NaN. mlxcel decodes them to 0.
-bool fp_scale_invalid(QuantMode mode, std::uint8_t s);
 // Rounds a float to `t` (F32/F16/BF16) and back.
-float round_to(DType t, float v);
-float load_float(const void* base, DType t, std::int64_t i);
-void store_float(void* base, DType t, std::int64_t i, float v);
+inline float round_to(DType t, float v) {
+  switch (t) {
+    case DType::kBF16: return bf16(v).to_float();
+    case DType::kF16: return f16(v).to_float();
+    default: return v;
+  }
+}
+// F32 / F16 / BF16 element access (other dtypes are rejected before these are reached).
+inline float load_float(const void* base, DType t, std::int64_t i) {
+  switch (t) {
+    case DType::kBF16: return static_cast<const bf16*>(base)[i].to_float();
+    case DType::kF16: return static_cast<const f16*>(base)[i].to_float();
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+inline void store_float(void* base, DType t, std::int64_t i, float v) {
+  switch (t) {
+    case DType::kBF16: static_cast<bf16*>(base)[i] = bf16(v); break;
+    case DType::kF16: static_cast<f16*>(base)[i] = f16(v); break;
+    default: static_cast<float*>(base)[i] = v; break;
+  }
+}
 }  // namespace quant
 
 // Adversarial scale check for a loaded quantized tensor: E8M0 byte 255 (+inf in MLX), E4M3

@@ -108,3 +108,18 @@ def test_nvfp4_global_scale(tmp_path):
         deq = run_driver("dequantize", {"weight": wq, "scales": s, "global_scale": gsc.reshape(1)}, tmp_path,
                          mode="nvfp4", dtype=name)
         assert_bits_equal(deq["w"], ref, f"nvfp4 global dequantize {name}")
+
+
+@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
+def test_fp_quantize_non_finite_inputs_match_mlx(tmp_path, mode):
+    """NaN / inf weights: MLX stores E8M0 byte 128 (mx modes) or E4M3 0x7E (nvfp4); so do we."""
+    rng = np.random.default_rng(SEED + 3)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    x[0, 3] = np.nan
+    x[1, 40] = np.inf
+    x[2, 7] = -np.inf
+    w = mx.array(x)
+    wq, s = mx.quantize(w, mode=mode)
+    out = run_driver("quantize", {"w": w}, tmp_path, mode=mode)
+    assert_bits_equal(out["scales"], s, f"{mode} non-finite scales")
+    assert_bits_equal(out["weight"], wq, f"{mode} non-finite weight")

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets in fuzz/ (clang-19, ASan + UBSan) into build/fuzz and runs each for
+# a bounded time from a generated seed corpus. Fails if a run finds a crash, leak, timeout or
+# sanitizer report.   FUZZ_SECONDS=60 (total, split between targets)   scripts/fuzz.sh [--build-only]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CXX=${FUZZ_CXX:-clang++-19}
+if ! command -v "$CXX" >/dev/null; then echo "fuzz: $CXX not found (scripts/setup.sh installs clang-19)"; exit 1; fi
+out=build/fuzz
+mkdir -p "$out"
+total=${FUZZ_SECONDS:-60}
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc
+       -I/usr/include)
+core=(src/core/error.cpp src/core/log.cpp src/core/dtype.cpp src/core/device.cpp src/core/tensor.cpp)
+
+"$CXX" "${flags[@]}" fuzz/fuzz_safetensors.cpp src/io/safetensors.cpp "${core[@]}" -o "$out/fuzz_safetensors"
+"$CXX" "${flags[@]}" fuzz/fuzz_model_config.cpp src/io/model_config.cpp src/quant/quant_params.cpp "${core[@]}" \
+  -o "$out/fuzz_model_config"
+[ "${1:-}" = "--build-only" ] && exit 0
+
+# Seed corpora: valid files in the layouts MLX and the reference writer produce, and configs.
+seeds="$out/seeds"
+rm -rf "$seeds"
+mkdir -p "$seeds/safetensors" "$seeds/config"
+python3 - "$seeds" <<'PY'
+import json, struct, sys, pathlib
+root = pathlib.Path(sys.argv[1])
+def st(name, tensors, meta=None, pad=True):
+    header, data, off = {}, b"", 0
+    if meta is not None:
+        header["__metadata__"] = meta
+    for k, (dt, shape, raw) in tensors.items():
+        header[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        data += raw; off += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * ((8 - (8 + len(h)) % 8) % 8)
+    (root / "safetensors" / name).write_bytes(struct.pack("<Q", len(h)) + h + data)
+st("one.st", {"w": ("F32", [2, 2], bytes(16))})
+st("mlx_unaligned.st", {"l.weight": ("U32", [2, 1], bytes(8)), "l.scales": ("BF16", [2, 1], bytes(4)),
+                        "l.biases": ("BF16", [2, 1], bytes(4))}, {"format": "mlx"}, pad=False)
+st("dtypes.st", {d: (d, [3], bytes(3 * s)) for d, s in [("BF16", 2), ("F16", 2), ("U8", 1), ("I32", 4), ("I64", 8),
+                                                       ("F8_E4M3", 1), ("F8_E8M0", 1), ("BOOL", 1)]})
+st("empty.st", {"z": ("F32", [0, 4], b""), "s": ("F32", [], bytes(4))}, None)
+cfgs = [{"quantization": {"group_size": 64, "bits": 4, "model.layers.0.mlp.gate": {"group_size": 64, "bits": 8},
+                          "lm_head": False}},
+        {"quantization": {"group_size": 32, "bits": 4, "mode": "mxfp4"}, "quantize_activations": True},
+        {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
+        {"quantization_config": {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}},
+        {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}},
+        {"text_config": {"quantization_config": {"quant_method": "mxfp4"}}}]
+for i, c in enumerate(cfgs):
+    (root / "config" / f"c{i}.json").write_text(json.dumps(c))
+PY
+
+run() {
+  local target=$1 seconds=$2 seed_dir=$3
+  local corpus="$out/corpus_$target"
+  mkdir -p "$corpus"
+  echo "fuzz: $target for ${seconds}s"
+  (cd "$out" && "./$target" -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+      -print_final_stats=1 "corpus_$target" "seeds/$seed_dir") 2>&1 | tail -n 12
+  return "${PIPESTATUS[0]}"
+}
+run fuzz_safetensors $((total * 3 / 4)) safetensors
+run fuzz_model_config $((total - total * 3 / 4)) config
+echo "fuzz: no crashes"
