@@ -64,7 +64,9 @@ void AddedVocabulary::build(const Normalizer* normalizer) {
   raw_ = Trie();
   norm_ = Trie();
   for (size_t k = 0; k < tokens_.size(); ++k) {
-    const auto& t = tokens_[k];
+    auto& t = tokens_[k];
+    t.decode_content = t.normalized && normalizer ? normalizer->normalize(t.content) : t.content;
+    t.skippable = t.special && t.decode_content == t.content;
     if (!t.normalized) {
       raw_.insert(t.content, static_cast<int32_t>(k));
     } else {

@@ -23,6 +23,13 @@ struct AddedToken {
   bool rstrip = false;
   bool normalized = true;
   bool special = false;
+  // decode(skip_special_tokens) drops it. HF keeps its special-token set in normalized form, so
+  // a normalized special token whose content the normalizer changes (Llama 2's <s> with
+  // Prepend) is not skipped; we reproduce that.
+  bool skippable = false;
+  // The string decode() feeds to the decoder: HF uses the normalized content for normalized
+  // tokens (Llama 2's <s> decodes as "\u2581<s>", i.e. " <s>" mid-text).
+  std::string decode_content;
 };
 
 // A stretch of input: text still to encode, or one added token (id >= 0).

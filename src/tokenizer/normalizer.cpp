@@ -35,18 +35,18 @@ class Strip : public Normalizer {
   bool left_, right_;
 };
 
-std::string strip_accents(std::string_view s) {
+std::string strip_marks(std::string_view s, bool (*is_accent)(char32_t)) {
   std::string out;
   for (size_t i = 0; i < s.size();) {
     char32_t c = next_cp(s, i);
-    if (!is_mark_nonspacing(c)) append_utf8(out, c);
+    if (!is_accent(c)) append_utf8(out, c);
   }
   return out;
 }
 
 class StripAccents : public Normalizer {
  public:
-  std::string normalize(std::string_view s) const override { return strip_accents(s); }
+  std::string normalize(std::string_view s) const override { return strip_marks(s, &is_mark); }
 };
 
 class Prepend : public Normalizer {
@@ -122,7 +122,7 @@ class Bert : public Normalizer {
         append_utf8(out, c);
       }
     }
-    if (accents_) out = strip_accents(normalize_nfd(out));
+    if (accents_) out = strip_marks(normalize_nfd(out), &is_mark_nonspacing);
     if (lower_) out = to_lower(out);
     return out;
   }

@@ -231,7 +231,9 @@ class Metaspace : public PreTokenizer {
 
 class Whitespace : public PreTokenizer {
  public:
-  Whitespace() : re_(R"([\p{L}\p{M}\p{N}\p{Pc}]+|[^\p{L}\p{M}\p{N}\p{Pc}\s]+)") {}
+  // HF's \w+|[^\w\s]+ with Rust regex's Unicode \w: Alphabetic, marks, Nd, Pc, Join_Control.
+  Whitespace()
+      : re_(R"([\p{L}\p{Nl}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}]+|[^\p{L}\p{Nl}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\s]+)") {}
   void apply(std::vector<Piece>& pieces) const override {
     split_each(pieces, [&](const std::string& s) { return re_.find_all(s); }, SplitBehavior::kRemoved, true);
   }

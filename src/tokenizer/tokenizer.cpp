@@ -55,8 +55,8 @@ std::string TokenizerImpl::decode(const int32_t* ids, size_t n, bool skip_specia
   toks.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     if (const auto* t = added.by_id(ids[i])) {
-      if (skip_special && t->special) continue;
-      toks.push_back(t->content);
+      if (skip_special && t->skippable) continue;
+      toks.push_back(t->decode_content);
     } else if (const auto* s = model->id_to_token(ids[i])) {
       toks.push_back(*s);
     }
@@ -242,7 +242,12 @@ Tokenizer Tokenizer::from_vocab_merges(const std::string& vocab_path, const std:
   if (impl->added.empty()) {
     // GPT2Tokenizer's default unk/bos/eos is <|endoftext|>.
     if (auto id = impl->model->token_to_id("<|endoftext|>")) {
-      impl->added.add({*id, "<|endoftext|>", false, false, false, false, true});
+      tok::AddedToken eot;
+      eot.id = *id;
+      eot.content = "<|endoftext|>";
+      eot.normalized = false;
+      eot.special = true;
+      impl->added.add(eot);
       if (!cfg.contains("eos_token")) cfg["eos_token"] = "<|endoftext|>";
       if (!cfg.contains("bos_token")) cfg["bos_token"] = "<|endoftext|>";
     }

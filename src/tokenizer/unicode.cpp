@@ -175,6 +175,11 @@ bool is_control(char32_t c) {
 
 bool is_mark_nonspacing(char32_t c) { return cat(c) == UTF8PROC_CATEGORY_MN; }
 
+bool is_mark(char32_t c) {
+  auto k = cat(c);
+  return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
+}
+
 bool is_cjk(char32_t c) {
   return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
          (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||

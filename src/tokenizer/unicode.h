@@ -30,7 +30,8 @@ bool is_alnum(char32_t c);        // letters, marks, digits (Rust is_alphanumeri
 bool is_numeric(char32_t c);      // N*
 bool is_control(char32_t c);      // Cc/Cf (BERT's definition, tab/newline excluded)
 bool is_cjk(char32_t c);
-bool is_mark_nonspacing(char32_t c);
+bool is_mark_nonspacing(char32_t c);  // Mn: what BertNormalizer strip_accents removes
+bool is_mark(char32_t c);  // M* (Mn, Mc, Me): what HF StripAccents removes
 
 // Normalization forms via utf8proc.
 std::string normalize_nfc(std::string_view s);

@@ -499,7 +499,17 @@ Value Interpreter::get_attr(const Value& obj, const std::string& name, int line)
     return Value::undefined("'" + std::string(obj.kind == Kind::kDict ? "dict object" : "Namespace") +
                             "' has no attribute '" + name + "'");
   }
-  if (obj.kind == Kind::kString || obj.kind == Kind::kList) {
+  static const char* const kStrMethods[] = {
+      "strip", "lstrip", "rstrip", "upper", "lower", "title", "capitalize", "split", "rsplit", "splitlines",
+      "startswith", "endswith", "replace", "find", "rfind", "index", "count", "join", "removeprefix",
+      "removesuffix", "isdigit", "isspace", "isalnum", "isalpha", "isupper", "islower", "format"};
+  bool known = false;
+  if (obj.kind == Kind::kString) {
+    for (const char* m : kStrMethods) known |= name == m;
+  } else if (obj.kind == Kind::kList) {
+    known = name == "index" || name == "count";
+  }
+  if (known) {
     Value self = obj;
     return Value::callable(name, [this, self, name](Interpreter&, Args& a) {
       return call_method(self, name, a, a.line);
@@ -1064,7 +1074,6 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
     }
   }
   if (name == "trim") {
-    require_defined(v, line);
     return Value::string(py_strip(to_str(v), arg(0, "chars"), true, true));
   }
   if (name == "length" || name == "count") {
