@@ -93,6 +93,23 @@ std::size_t Decoder::weight_bytes() const {
   return b;
 }
 
+std::size_t Decoder::decode_bytes_per_token() const {
+  std::size_t b = lm_head ? lm_head->weight_bytes() + embed.weight_bytes() / static_cast<std::size_t>(embed.out())
+                          : embed.weight_bytes();
+  for (const auto& L : layers) {
+    for (const Linear* l : {&L.q, &L.k, &L.v, &L.qkv, &L.o, &L.gate, &L.up, &L.gate_up, &L.down})
+      b += l->weight_bytes();
+    if (L.moe) {
+      b += L.moe->router.weight_bytes();
+      std::size_t experts = 0;
+      for (const auto* v : {&L.moe->gate, &L.moe->up, &L.moe->down})
+        for (const auto& l : *v) experts += l.weight_bytes();
+      b += experts * static_cast<std::size_t>(L.moe->top_k) / std::max<std::size_t>(1, L.moe->gate.size());
+    }
+  }
+  return b;
+}
+
 namespace {
 
 float activate(Activation a, float x) {

@@ -55,6 +55,7 @@ class Decoder final : public Model {
   Decoder(ModelConfig config, DecoderStyle style);
   void forward(std::span<BatchItem> batch, std::vector<std::vector<float>>& logits) override;
   std::size_t weight_bytes() const override;
+  std::size_t decode_bytes_per_token() const override;
 
   DecoderStyle style;
   Linear embed;

@@ -33,6 +33,9 @@ class Model {
   KvCacheConfig kv_config(std::int64_t num_blocks, int block_size = 32,
                                    DType dtype = DType::kF32) const;
   virtual std::size_t weight_bytes() const = 0;
+  // Bytes of weights one decode step must read (embedding: one row; MoE: the router plus the
+  // average share of active experts), the numerator of the decode bandwidth ceiling.
+  virtual std::size_t decode_bytes_per_token() const = 0;
 
  protected:
   explicit Model(ModelConfig c) : config_(std::move(c)) {}
