@@ -24,7 +24,8 @@ constexpr std::int64_t kGemvMaxM = 4;
 void validate(const MatmulArgs& a) {
   MLXCEL_CHECK(a.m >= 0 && a.n >= 0 && a.k >= 0, ErrorCategory::kInternal,
                "matmul: negative size");
-  MLXCEL_CHECK(a.x && a.w && a.y, ErrorCategory::kInternal, "matmul: null pointer");
+  MLXCEL_CHECK((a.x || a.m * a.k == 0) && (a.w || a.n * a.k == 0) && (a.y || a.m * a.n == 0),
+               ErrorCategory::kInternal, "matmul: null pointer");
   for (DType t : {a.x_dtype, a.w_dtype, a.y_dtype}) {
     if (!detail::is_activation_dtype(t)) detail::unsupported_dtype("matmul", t);
   }
