@@ -95,10 +95,14 @@ void run_attention(CpuIsa isa, DType t, const AttnCase& c, std::mt19937& rng) {
   a.o_head_stride = c.head_dim; a.o_row_stride = c.n_heads * c.head_dim;
   a.out = want.data();
   attention_ref(a);
-  poison(got);
-  a.out = got.data();
-  attention(a, isa);
-  EXPECT_LE(worst_ratio(got, want, 2 * unit_roundoff(t), 2e-5 * 4), 1.0);
+  // One thread takes the grouped-GQA path almost always, sixteen the per-head path.
+  static ThreadPool one(1), many(16);
+  for (ThreadPool* pool : {&one, &many}) {
+    poison(got);
+    a.out = got.data();
+    attention(a, isa, pool);
+    EXPECT_LE(worst_ratio(got, want, 2 * unit_roundoff(t), 2e-5 * 4), 1.0) << "threads " << pool->size();
+  }
 }
 
 class AttentionTest : public ::testing::TestWithParam<CpuIsa> {};

@@ -80,17 +80,17 @@ void row_ref(const AttentionArgs& a, const Resolved& s, std::int64_t h, std::int
 }
 
 struct Scratch {
-  std::vector<float> q, k, v, s, acc;
-  explicit Scratch(std::int64_t d)
-      : q(d), k(kBlock * d), v(kBlock * d), s(kBlock), acc(d) {}
+  std::vector<float> q, k, v, s, acc, m, l;
+  Scratch(std::int64_t d, std::int64_t g)
+      : q(g * d), k(kBlock * d), v(kBlock * d), s(g * kBlock), acc(g * d), m(g), l(g) {}
 };
 
+// Query row i of the `ng` query heads h0..h0+ng-1, which share KV head kvh: each block of keys
+// and values is converted to f32 once and used by all of them (GQA decode streams the cache once).
 template <typename T, bool kAvx2>
-void row_opt(const AttentionArgs& a, const Resolved& st, std::int64_t h, std::int64_t i,
-             Scratch& w) {
-  const std::int64_t g = a.n_heads / a.n_kv_heads, kvh = h / g, d = a.head_dim;
-  const T* q = static_cast<const T*>(a.q) + h * st.qh + i * st.qr;
-  T* o = static_cast<T*>(a.out) + h * st.oh + i * st.orow;
+void rows_opt(const AttentionArgs& a, const Resolved& st, std::int64_t h0, std::int64_t ng,
+              std::int64_t i, Scratch& w) {
+  const std::int64_t g = a.n_heads / a.n_kv_heads, kvh = h0 / g, d = a.head_dim;
   auto to32 = [&](const T* src, float* dst, std::int64_t n) {
     if constexpr (kAvx2) avx2::convert_to_f32(src, detail::dtype_of<T>(), dst, n);
     else for (std::int64_t c = 0; c < n; ++c) dst[c] = to_f32(src[c]);
@@ -111,47 +111,56 @@ void row_opt(const AttentionArgs& a, const Resolved& st, std::int64_t h, std::in
   };
   std::int64_t lo, hi;
   key_range(a, i, &lo, &hi);
-  to32(q, w.q.data(), d);
-  // Fold the scale into q once.
-  for (std::int64_t c = 0; c < d; ++c) w.q[c] *= a.scale;
-  std::fill(w.acc.begin(), w.acc.end(), 0.0f);
-  float m = -std::numeric_limits<float>::infinity();
-  float l = 0.0f;
+  for (std::int64_t u = 0; u < ng; ++u) {
+    const T* q = static_cast<const T*>(a.q) + (h0 + u) * st.qh + i * st.qr;
+    float* qf = &w.q[u * d];
+    to32(q, qf, d);
+    for (std::int64_t c = 0; c < d; ++c) qf[c] *= a.scale;  // fold the scale into q once
+    w.m[u] = -std::numeric_limits<float>::infinity();
+    w.l[u] = 0.0f;
+  }
+  std::fill(w.acc.begin(), w.acc.begin() + ng * d, 0.0f);
   for (std::int64_t j0 = lo; j0 < hi; j0 += kBlock) {
     const std::int64_t nb = std::min(kBlock, hi - j0);
-    float bm = -std::numeric_limits<float>::infinity();
     for (std::int64_t j = 0; j < nb; ++j) {
-      const T* k = static_cast<const T*>(a.k) + kvh * st.kh + (j0 + j) * st.kr;
-      to32(k, w.k.data(), d);
-      w.s[j] = dot(w.q.data(), w.k.data());
-      bm = std::max(bm, w.s[j]);
+      to32(static_cast<const T*>(a.k) + kvh * st.kh + (j0 + j) * st.kr, &w.k[j * d], d);
+      to32(static_cast<const T*>(a.v) + kvh * st.vh + (j0 + j) * st.vr, &w.v[j * d], d);
     }
-    const float m_new = std::max(m, bm);
-    const float corr = std::exp(m - m_new);  // 0 on the first block (m = -inf)
-    float bs;
-    if constexpr (kAvx2) {
-      bs = avx2::exp_sub_sum_f32(w.s.data(), m_new, w.s.data(), nb);
-      avx2::scale_f32(corr, w.acc.data(), d);
-    } else {
-      bs = 0.0f;
+    for (std::int64_t u = 0; u < ng; ++u) {
+      float* s = &w.s[u * kBlock];
+      float* acc = &w.acc[u * d];
+      float bm = -std::numeric_limits<float>::infinity();
       for (std::int64_t j = 0; j < nb; ++j) {
-        w.s[j] = std::exp(w.s[j] - m_new);
-        bs += w.s[j];
+        s[j] = dot(&w.q[u * d], &w.k[j * d]);
+        bm = std::max(bm, s[j]);
       }
-      for (float& x : w.acc) x *= corr;
-    }
-    l = l * corr + bs;
-    m = m_new;
-    for (std::int64_t j = 0; j < nb; ++j) {
-      const T* v = static_cast<const T*>(a.v) + kvh * st.vh + (j0 + j) * st.vr;
-      to32(v, w.v.data(), d);
-      axpy(w.s[j], w.v.data(), w.acc.data());
+      const float m_new = std::max(w.m[u], bm);
+      const float corr = std::exp(w.m[u] - m_new);  // 0 on the first block (m = -inf)
+      float bs;
+      if constexpr (kAvx2) {
+        bs = avx2::exp_sub_sum_f32(s, m_new, s, nb);
+        avx2::scale_f32(corr, acc, d);
+      } else {
+        bs = 0.0f;
+        for (std::int64_t j = 0; j < nb; ++j) {
+          s[j] = std::exp(s[j] - m_new);
+          bs += s[j];
+        }
+        for (std::int64_t c = 0; c < d; ++c) acc[c] *= corr;
+      }
+      w.l[u] = w.l[u] * corr + bs;
+      w.m[u] = m_new;
+      for (std::int64_t j = 0; j < nb; ++j) axpy(s[j], &w.v[j * d], acc);
     }
   }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  for (std::int64_t c = 0; c < d; ++c) w.acc[c] *= inv;
-  if constexpr (kAvx2) avx2::convert_from_f32(w.acc.data(), detail::dtype_of<T>(), o, d);
-  else for (std::int64_t c = 0; c < d; ++c) o[c] = from_f32<T>(w.acc[c]);
+  for (std::int64_t u = 0; u < ng; ++u) {
+    float* acc = &w.acc[u * d];
+    const float inv = w.l[u] > 0.0f ? 1.0f / w.l[u] : 0.0f;
+    for (std::int64_t c = 0; c < d; ++c) acc[c] *= inv;
+    T* o = static_cast<T*>(a.out) + (h0 + u) * st.oh + i * st.orow;
+    if constexpr (kAvx2) avx2::convert_from_f32(acc, detail::dtype_of<T>(), o, d);
+    else for (std::int64_t c = 0; c < d; ++c) o[c] = from_f32<T>(acc[c]);
+  }
 }
 
 }  // namespace
@@ -173,13 +182,20 @@ void attention(const AttentionArgs& a, CpuIsa isa, ThreadPool* pool) {
   const Resolved s = resolve(a);
   detail::dispatch_float("attention", a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const std::int64_t tasks = a.n_heads * a.q_len;
-    pool_or_default(pool).parallel_for(tasks, 1, [&](std::int64_t b, std::int64_t e) {
-      Scratch w(a.head_dim);
+    ThreadPool& tp = pool_or_default(pool);
+    // Group the query heads of one KV head when that still leaves >= 2 tasks per thread;
+    // otherwise one task per query head (more parallelism, G x the cache reads).
+    const std::int64_t g = a.n_heads / a.n_kv_heads;
+    const bool grouped = a.n_kv_heads * a.q_len >= 2 * static_cast<std::int64_t>(tp.size());
+    const std::int64_t ng = grouped ? g : 1;
+    const std::int64_t head_groups = a.n_heads / ng;
+    const std::int64_t tasks = head_groups * a.q_len;
+    tp.parallel_for(tasks, 1, [&](std::int64_t b, std::int64_t e) {
+      Scratch w(a.head_dim, ng);
       for (std::int64_t t = b; t < e; ++t) {
-        const std::int64_t h = t / a.q_len, i = t % a.q_len;
-        if (isa == CpuIsa::kAvx2) row_opt<T, true>(a, s, h, i, w);
-        else row_opt<T, false>(a, s, h, i, w);
+        const std::int64_t hg = t / a.q_len, i = t % a.q_len;
+        if (isa == CpuIsa::kAvx2) rows_opt<T, true>(a, s, hg * ng, ng, i, w);
+        else rows_opt<T, false>(a, s, hg * ng, ng, i, w);
       }
     });
   });

@@ -39,8 +39,10 @@ struct AttentionArgs {
 
 // Oracle: full score rows, double-precision softmax and V sum.
 void attention_ref(const AttentionArgs& a);
-// Optimized: one task per (head, query row); keys in blocks of 64 with an online (running max)
-// softmax, so memory is O(block) whatever kv_len is. Fully masked query rows give zeros.
+// Optimized: one task per (KV head, query row) covering that KV head's G query heads (each block
+// of 64 keys/values is converted once and used by all G), or per (query head, row) when there are
+// too few KV heads x rows to keep the threads busy; online (running max) softmax over the
+// blocks, so memory is O(block) whatever kv_len is. Fully masked query rows give zeros.
 void attention(const AttentionArgs& a, CpuIsa isa = active_isa(), ThreadPool* pool = nullptr);
 
 }  // namespace mlxcel::cpu
