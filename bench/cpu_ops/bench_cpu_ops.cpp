@@ -65,7 +65,7 @@ void BM_gemm_bf16_avx2(benchmark::State& s) { run_matmul(s, CpuIsa::kAvx2, DType
 // GEMV: decode-shaped, M = 1 (and 4 for small-batch decode); W 4096 x 4096 = 32 MiB of bf16,
 // larger than the last-level cache so the number is a memory-stream rate.
 BENCHMARK(BM_gemv_bf16_scalar)->Args({1, 4096, 4096})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_gemv_bf16_avx2)->Args({1, 4096, 4096})->Args({4, 4096, 4096})->Args({1, 11008, 4096})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_gemv_bf16_avx2)->Args({1, 4096, 4096})->Args({2, 4096, 4096})->Args({4, 4096, 4096})->Args({1, 11008, 4096})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_gemv_f16_avx2)->Args({1, 4096, 4096})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_gemv_f32_avx2)->Args({1, 4096, 4096})->UseRealTime()->Unit(benchmark::kMillisecond);
 // GEMM: prefill-shaped.

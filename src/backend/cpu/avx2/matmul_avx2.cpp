@@ -48,9 +48,9 @@ void gemv_rows_t(const float* x32, std::int64_t m, std::int64_t k, const T* w, s
     if (n + 4 < n1) _mm_prefetch(reinterpret_cast<const char*>(wr + 4 * k), _MM_HINT_T0);
     switch (m) {
       case 1: gemv_row<1, 4>(x32, k, wr, y32 + n, ldy); break;
-      case 2: gemv_row<2, 2>(x32, k, wr, y32 + n, ldy); break;
+      case 2: gemv_row<2, 4>(x32, k, wr, y32 + n, ldy); break;
       case 3: gemv_row<3, 2>(x32, k, wr, y32 + n, ldy); break;
-      default: gemv_row<4, 2>(x32, k, wr, y32 + n, ldy); break;
+      default: gemv_row<4, 1>(x32, k, wr, y32 + n, ldy); break;
     }
   }
 }
