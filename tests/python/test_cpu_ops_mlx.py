@@ -70,6 +70,22 @@ def test_matmul(isa, m, n, k, bias):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype,mxdtype", [("bf16", mx.bfloat16), ("f16", mx.float16)])
+def test_matmul_half_precision_matches_mlx_rounding(isa, dtype, mxdtype):
+    """MLX's half-precision matmul accumulates in f32 and rounds once, as ours does: the results
+    must agree to one ulp everywhere and exactly almost everywhere (ties of the f32 sums at a
+    rounding boundary depend on summation order)."""
+    g = rng(17)
+    x = np.array(mx.array(g.standard_normal((5, 320)).astype(np.float32)).astype(mxdtype).astype(mx.float32))
+    w = np.array(mx.array(g.standard_normal((96, 320)).astype(np.float32)).astype(mxdtype).astype(mx.float32))
+    want = np.array((mx.array(x).astype(mxdtype) @ mx.array(w).astype(mxdtype).T).astype(mx.float32))
+    got, _ = run_op("matmul", [x, w], isa, dtype=dtype)
+    ulp = np.abs(want) * (2.0**-7 if dtype == "bf16" else 2.0**-10)
+    assert np.all(np.abs(got - want) <= ulp + 1e-6)
+    assert np.mean(got == want) > 0.99
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("rows,cols", [(1, 1), (4, 33), (7, 1000)])
 def test_softmax(isa, rows, cols):
     g = rng(rows + cols)
