@@ -120,3 +120,15 @@ TEST(CpuFeatures, ActiveIsaIsSupported) {
   EXPECT_EQ(cpu_features().fma, has("fma"));
   EXPECT_EQ(cpu_features().f16c, has("f16c"));
 }
+
+TEST(CpuFeatures, EnvOverrideHonoured) {
+  const char* env = std::getenv("MLXCEL_CPU_ISA");
+  if (env == nullptr || env[0] == '\0') {
+    EXPECT_EQ(active_isa(), cpu_features().avx2_path() ? CpuIsa::kAvx2 : CpuIsa::kScalar);
+  } else {
+    EXPECT_EQ(isa_name(active_isa()), std::string(env));
+  }
+  if (const char* t = std::getenv("MLXCEL_THREADS"); t != nullptr) {
+    EXPECT_EQ(default_thread_pool().size(), std::atoi(t));
+  }
+}
