@@ -61,6 +61,22 @@ TEST_P(PointwiseTest, Elementwise) {
       }
 }
 
+TEST_P(PointwiseTest, Convert) {
+  MLXCEL_SKIP_IF_NO_ISA(GetParam());
+  std::mt19937 rng(45);
+  for (DType st : float_types())
+    for (DType dt : float_types())
+      for (std::int64_t n : kSizes) {
+        Buf src = random_buf(st, n, rng, 100.0f);
+        if (n > 8) { src.set(0, NAN); src.set(1, 1e30f); src.set(2, -1e-30f); src.set(3, 65519.0f); }
+        Buf got = make_buf(dt, n), want = make_buf(dt, n);
+        for (std::int64_t i = 0; i < n; ++i) want.set(i, src.get(i));  // the scalar RNE converters
+        poison(got);
+        convert(src.data(), st, got.data(), dt, n, GetParam());
+        EXPECT_EQ(got.bytes, want.bytes) << case_name(GetParam(), st) << " -> " << dtype_name(dt) << " n " << n;
+      }
+}
+
 TEST_P(PointwiseTest, RmsNormOptimized) {
   MLXCEL_SKIP_IF_NO_ISA(GetParam());
   std::mt19937 rng(51);

@@ -1,5 +1,7 @@
 #include "backend/cpu/elementwise.h"
 
+#include <algorithm>
+
 #include "backend/cpu/avx2/kernels.h"
 #include "backend/cpu/kernel_util.h"
 
@@ -36,6 +38,31 @@ void binary(BinaryKind kind, const void* a, const void* b, void* y, DType dtype,
     void* ys = static_cast<char*>(y) + s * es;
     if (isa == CpuIsa::kAvx2) avx2::binary_rows(static_cast<int>(kind), as, bs, ys, dtype, e - s, alpha);
     else binary_ref(kind, as, bs, ys, dtype, e - s, alpha);
+  });
+}
+
+void convert(const void* src, DType st, void* dst, DType dt, std::int64_t n, CpuIsa isa,
+             ThreadPool* pool) {
+  MLXCEL_CHECK(isa_supported(isa), ErrorCategory::kUnsupported,
+               "convert: AVX2 kernels requested on a CPU without AVX2/FMA/F16C");
+  if (!detail::is_activation_dtype(st)) detail::unsupported_dtype("convert", st);
+  if (!detail::is_activation_dtype(dt)) detail::unsupported_dtype("convert", dt);
+  const std::size_t se = dtype_size(st), de = dtype_size(dt);
+  constexpr std::int64_t kChunk = 4096;
+  pool_or_default(pool).parallel_for(n, 16384, [&](std::int64_t b, std::int64_t e) {
+    float tmp[kChunk];
+    for (std::int64_t i = b; i < e; i += kChunk) {
+      const std::int64_t len = std::min(kChunk, e - i);
+      const void* s = static_cast<const char*>(src) + i * se;
+      void* d = static_cast<char*>(dst) + i * de;
+      if (isa == CpuIsa::kAvx2) {
+        avx2::convert_to_f32(s, st, tmp, len);
+        avx2::convert_from_f32(tmp, dt, d, len);
+      } else {
+        detail::load_f32(s, st, tmp, len);
+        detail::store_f32(tmp, dt, d, len);
+      }
+    }
   });
 }
 

@@ -30,4 +30,9 @@ inline void scale(const void* a, float alpha, void* y, DType t, std::int64_t n,
   binary(BinaryKind::kScale, a, nullptr, y, t, n, alpha, isa);
 }
 
+// Dtype conversion between F32, BF16 and F16 (round to nearest even; same bits as
+// bf16::from_float / f16::from_float). src and dst must not overlap unless the dtypes are equal.
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t n,
+             CpuIsa isa = active_isa(), ThreadPool* pool = nullptr);
+
 }  // namespace mlxcel::cpu
