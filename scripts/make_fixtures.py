@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Build tiny random MLX checkpoints, written by mlx-lm itself, for model-level conformance.
+
+usage: make_fixtures.py OUTDIR [--families llama,qwen3,...] [--modes bf16,affine4,...] [--no-mixed]
+
+For every family (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3) and mode
+(bf16, affine4 = affine 4-bit gs 64, affine8 = affine 8-bit gs 64, mxfp4, mxfp8) it writes
+OUTDIR/<family>-<mode>/ with config.json, model.safetensors (+ index) and a real tokenizer, using
+the installed mlx_lm.models.<arch> classes, mlx_lm.utils.quantize_model (nn.quantize with the
+model's own quant_predicate) and mlx_lm.utils.save_model / save_config. One extra fixture,
+llama-mixed, uses per-layer overrides (config.json "quantization" holds per-path entries).
+
+Weights are deterministic (seed per family) and scaled so that logits have a standard deviation
+near 15: top-1 vs top-2 margins >= 2.0 then occur at a good share of positions (printed as
+"decided" for a random token sequence), which the model-level gate needs.
+"""
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
+
+FIXTURES = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "tokenizers"
+if not FIXTURES.exists():
+    FIXTURES = Path("/work/shared/fixtures/tokenizers")
+
+# Tokenizer folder, files to copy (source name -> name in the fixture), vocab size.
+TOKENIZERS = {
+    "mistral": ("mistral-7b-v0.3-metaspace", {"tokenizer.json": "tokenizer.json", "tokenizer_config.json": "tokenizer_config.json"}, 32768),
+    "qwen2": ("qwen2.5", {"vocab.json": "vocab.json", "merges.txt": "merges.txt", "tokenizer_config.json": "tokenizer_config.json"}, 151665),
+    "qwen3": ("qwen2.5", {"vocab.json": "vocab.json", "merges.txt": "merges.txt", "tokenizer_config.Qwen3-0.6B.json": "tokenizer_config.json"}, 151669),
+    "phi3": ("phi-3-mini", {"tokenizer.json": "tokenizer.json", "tokenizer_config.json": "tokenizer_config.json"}, 32064),
+}
+
+MODES = {
+    "bf16": None,
+    "affine4": dict(mode="affine", group_size=64, bits=4),
+    "affine8": dict(mode="affine", group_size=64, bits=8),
+    "mxfp4": dict(mode="mxfp4", group_size=32, bits=4),
+    "mxfp8": dict(mode="mxfp8", group_size=32, bits=8),
+}
+
+H = 64  # hidden size of every fixture
+
+
+def family_configs():
+    common = dict(hidden_size=H, num_hidden_layers=2, intermediate_size=128, num_attention_heads=4,
+                  num_key_value_heads=2, rms_norm_eps=1e-5, max_position_embeddings=4096)
+    return {
+        # The fixtures' Llama 2 tokenizer.json has merges that HF tokenizers 0.23 refuses (mlx-lm
+        # cannot load it), and Llama 3's is tiktoken only: Mistral v0.3's SentencePiece BPE stands in.
+        "llama": ("mistral", 101, dict(common, model_type="llama", rope_theta=500000.0, tie_word_embeddings=True,
+                                    rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
+        # mlx-lm applies Mistral's window through layer_types (its llama.py, which also needs one
+        # full-attention layer); window 16 so that short traces already cross it.
+        "mistral": ("mistral", 102, dict(common, model_type="mistral", rope_theta=1000000.0, tie_word_embeddings=False,
+                                         sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                         head_dim=16)),
+        "qwen2": ("qwen2", 103, dict(common, model_type="qwen2", rope_theta=1000000.0, tie_word_embeddings=True)),
+        "qwen3": ("qwen3", 104, dict(common, model_type="qwen3", rope_theta=1000000.0, tie_word_embeddings=False, head_dim=32)),
+        "qwen3_moe": ("qwen3", 105, dict(common, model_type="qwen3_moe", rope_theta=1000000.0, tie_word_embeddings=False,
+                                         head_dim=16, num_experts=8, num_experts_per_tok=2, decoder_sparse_step=1,
+                                         mlp_only_layers=[], moe_intermediate_size=64, norm_topk_prob=True)),
+        # No Gemma tokenizer in the fixtures: Phi-3's (Llama 2 vocab + chat tokens, 32064) stands in.
+        "gemma3_text": ("phi3", 106, dict(common, model_type="gemma3_text", num_hidden_layers=4, head_dim=32,
+                                             query_pre_attn_scalar=32, rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                                             sliding_window=8, sliding_window_pattern=2, rms_norm_eps=1e-6,
+                                             num_key_value_heads=1)),
+        "phi3": ("phi3", 107, dict(common, model_type="phi3", rope_theta=10000.0, tie_word_embeddings=False,
+                                   max_position_embeddings=4096, original_max_position_embeddings=256,
+                                   rope_scaling={"type": "longrope",
+                                                 "short_factor": [1.0 + 0.05 * i for i in range(8)],
+                                                 "long_factor": [1.0 + 0.25 * i for i in range(8)]})),
+    }
+
+
+def build_model(config, seed, dtype):
+    model_cls, args_cls = _get_classes(config)
+    model = model_cls(args_cls.from_dict(config))
+    mx.random.seed(seed)
+    tied = not any(k.startswith("lm_head") for k, _ in tree_flatten(model.parameters()))
+    # Logit std ~ 15: tied tables (and lm_head) get std 15/sqrt(H); the normed hidden state has
+    # entries of size ~1. Other matrices keep mlx's init, scaled x2 so the layers matter next to
+    # the embedding.
+    new = []
+    for name, p in tree_flatten(model.parameters()):
+        if name.endswith("embed_tokens.weight"):
+            std = 15.0 / np.sqrt(H) if tied else 1.0
+            if config["model_type"] == "gemma3_text":
+                std /= np.sqrt(H) / 3.0  # gemma multiplies the input embedding by sqrt(H)
+            v = mx.random.normal(p.shape) * std
+        elif name.startswith("lm_head"):
+            v = mx.random.normal(p.shape) * (15.0 / np.sqrt(H))
+        elif "norm" in name:
+            base = 0.0 if config["model_type"] == "gemma3_text" else 1.0  # gemma stores w for (1 + w)
+            v = base + 0.1 * mx.random.normal(p.shape)
+        elif name.endswith("mlp.gate.weight"):  # MoE router: spread the expert scores
+            v = mx.random.normal(p.shape) * 0.5
+        elif p.ndim >= 2:
+            v = mx.random.uniform(-1, 1, p.shape) * (2.0 / np.sqrt(p.shape[-1]))
+            if tied and (name.endswith("o_proj.weight") or "down_proj" in name):
+                # Tied head: without strong layer outputs the normed residual stays close to the
+                # input embedding and every position predicts its own token.
+                v = v * 6.0
+        else:
+            v = mx.random.normal(p.shape) * 0.1  # biases
+        new.append((name, v.astype(dtype)))
+    model.update(tree_unflatten(new))
+    mx.eval(model.parameters())
+    return model
+
+
+def decided_share(model, vocab, seed, n=48):
+    """Share of positions with a top-1 margin >= 2, and of those predicting their own input."""
+    ids = np.random.default_rng(seed).integers(0, vocab, size=(1, n))
+    toks = mx.array(ids)
+    logits = model(toks).astype(mx.float32)[0]
+    echo = float((np.array(mx.argmax(logits, axis=-1)) == ids[0]).mean())
+    top2 = mx.topk(logits, 2, axis=-1)
+    top2 = mx.sort(top2, axis=-1)
+    margin = np.array(top2[:, 1] - top2[:, 0])
+    return float((margin >= 2.0).mean()), echo
+
+
+def mixed_predicate(path, module):
+    """Per-layer overrides: first layer's v_proj/down_proj 8-bit, the head 6-bit gs 32."""
+    if path.endswith("lm_head") or path.endswith("embed_tokens"):
+        return {"group_size": 32, "bits": 6, "mode": "affine"}
+    if path.startswith("model.layers.0.") and (path.endswith("v_proj") or path.endswith("down_proj")):
+        return {"group_size": 64, "bits": 8, "mode": "affine"}
+    return True
+
+
+def write_fixture(out, family, mode, tok_key, seed, config, predicate=None, mode_params=None):
+    folder, files, vocab = TOKENIZERS[tok_key]
+    config = dict(config, vocab_size=vocab)
+    # MLX's CPU GatherMM (the unquantized MoE expert matmul) only runs in float32, so the
+    # unquantized qwen3_moe fixture is float32 ("<family>-f32") to stay runnable by mlx-lm on CPU.
+    dtype = mx.bfloat16
+    if mode == "bf16" and config["model_type"] == "qwen3_moe":
+        dtype, mode = mx.float32, "f32"
+    model = build_model(config, seed, dtype)
+    if mode_params is not None:
+        model, config = quantize_model(model, config, mode_params["group_size"], mode_params["bits"],
+                                       mode=mode_params["mode"], quant_predicate=predicate)
+    dst = out / f"{family}-{mode}"
+    if dst.exists():
+        shutil.rmtree(dst)
+    save_model(dst, model)
+    save_config(config, dst / "config.json")
+    for src, name in files.items():
+        shutil.copy(FIXTURES / folder / src, dst / name)
+    share, echo = decided_share(model, vocab, seed)
+    size = sum(f.stat().st_size for f in dst.glob("*.safetensors"))
+    print(f"wrote {dst}  ({size / 1e6:.1f} MB weights, vocab {vocab}, decided {share:.2f}, echo {echo:.2f})", flush=True)
+    return dst
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir")
+    ap.add_argument("--families", default=",".join(family_configs()))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--no-mixed", action="store_true")
+    args = ap.parse_args(argv)
+    out = Path(args.outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    mx.set_default_device(mx.cpu)
+    fams = family_configs()
+    for fam in args.families.split(","):
+        if fam not in fams:
+            sys.exit(f"make_fixtures: unknown family {fam} (known: {', '.join(fams)})")
+        tok, seed, cfg = fams[fam]
+        for mode in args.modes.split(","):
+            if mode not in MODES:
+                sys.exit(f"make_fixtures: unknown mode {mode} (known: {', '.join(MODES)})")
+            write_fixture(out, fam, mode, tok, seed, cfg, mode_params=MODES[mode])
+    if not args.no_mixed and "llama" in args.families.split(","):
+        tok, seed, cfg = fams["llama"]
+        write_fixture(out, "llama", "mixed", tok, seed, cfg, predicate=mixed_predicate,
+                      mode_params=dict(mode="affine", group_size=64, bits=4))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+#pragma once
+// Entry points of the AVX2 inner kernels (implemented in backend/cpu/avx2/*.cpp). The callers in
+// backend/cpu/*.cpp only reach them after checking isa_supported(CpuIsa::kAvx2).
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace mlxcel::cpu::avx2 {
+
+// matmul: see backend/cpu/matmul.cpp for the blocking these implement.
+void gemv_rows(const float* x32, std::int64_t m, std::int64_t k, const void* w, DType w_dtype,
+               std::int64_t n0, std::int64_t n1, float* y32, std::int64_t ldy);
+void gemm_block(const float* x32, std::int64_t k, const void* w, DType w_dtype, std::int64_t n0,
+                std::int64_t n1, std::int64_t m0, std::int64_t m1, float* y32, std::int64_t ldy,
+                float* pack);
+
+// Row kernels over f32 scratch or typed rows (T erased by dtype).
+void convert_to_f32(const void* src, DType t, float* dst, std::int64_t n);
+void convert_from_f32(const float* src, DType t, void* dst, std::int64_t n);
+float dot_f32(const float* a, const float* b, std::int64_t n);
+void axpy_f32(float alpha, const float* x, float* y, std::int64_t n);  // y += alpha * x
+void scale_f32(float alpha, float* y, std::int64_t n);
+float max_f32(const float* x, std::int64_t n);
+// y[i] = exp(x[i] - sub), returns the sum of y.
+float exp_sub_sum_f32(const float* x, float sub, float* y, std::int64_t n);
+
+// Activations on typed rows, f32 inside. kind: see backend/cpu/activations.h (ActKind).
+void activation_rows(int kind, const void* x, void* y, DType t, std::int64_t n);
+void gated_rows(int kind, const void* gate, const void* up, void* y, DType t, std::int64_t n);
+void binary_rows(int kind, const void* a, const void* b, void* y, DType t, std::int64_t n,
+                 float alpha);
+
+// RMSNorm rows: y = x * rsqrt(mean(x^2) + eps) * w.
+void rms_norm_row(const void* x, const void* w, void* y, DType t, std::int64_t cols, float eps);
+
+}  // namespace mlxcel::cpu::avx2
