@@ -25,6 +25,33 @@ def load(path):
     return t
 
 
+def compare(ref, cand, threshold=2.0):
+    """Summary dict of a comparison (see the module docstring)."""
+    if ref["tokens"] != cand["tokens"]:
+        raise ValueError("traces were made from different token sequences")
+    cpos = {p["pos"]: p for p in cand["positions"]}
+    decided = agree = missing = 0
+    disagreements = []
+    for p in ref["positions"]:
+        top = p["top"]
+        if len(top) < 2 or top[0][1] - top[1][1] < threshold:
+            continue
+        decided += 1
+        c = cpos.get(p["pos"])
+        if c is None or not c["top"]:
+            missing += 1
+            disagreements.append({"pos": p["pos"], "ref": top[0][0], "cand": None})
+        elif c["top"][0][0] == top[0][0]:
+            agree += 1
+        else:
+            disagreements.append({"pos": p["pos"], "ref": top[0][0], "cand": c["top"][0][0],
+                                  "ref_margin": top[0][1] - top[1][1]})
+    status = "pass" if decided and not disagreements else ("inconclusive" if not decided else "fail")
+    return {"width": ref.get("width"), "positions": len(ref["positions"]), "decided": decided,
+            "agree": agree, "disagree": len(disagreements), "missing": missing, "status": status,
+            "first_disagreements": disagreements[:10]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("ref")
@@ -33,39 +60,17 @@ def main():
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     a = ap.parse_args()
     ref, cand = load(a.ref), load(a.cand)
-    if ref["tokens"] != cand["tokens"]:
-        print("traces were made from different token sequences", file=sys.stderr)
+    try:
+        summary = compare(ref, cand, a.decided)
+    except ValueError as e:
+        print(e, file=sys.stderr)
         return 1
-    cpos = {p["pos"]: p for p in cand["positions"]}
-    decided = agree = 0
-    disagreements = []
-    missing = 0
-    for p in ref["positions"]:
-        top = p["top"]
-        if len(top) < 2:
-            continue
-        margin = top[0][1] - top[1][1]
-        if margin < a.decided:
-            continue
-        decided += 1
-        c = cpos.get(p["pos"])
-        if c is None or not c["top"]:
-            missing += 1
-            disagreements.append({"pos": p["pos"], "ref": top[0][0], "cand": None})
-            continue
-        if c["top"][0][0] == top[0][0]:
-            agree += 1
-        else:
-            disagreements.append({"pos": p["pos"], "ref": top[0][0], "cand": c["top"][0][0],
-                                  "ref_margin": margin})
-    status = "pass" if decided and not disagreements else ("inconclusive" if not decided else "fail")
-    summary = {"width": ref.get("width"), "positions": len(ref["positions"]), "decided": decided,
-               "agree": agree, "disagree": len(disagreements), "missing": missing,
-               "status": status, "first_disagreements": disagreements[:10]}
+    disagreements = summary["first_disagreements"]
+    decided, status = summary["decided"], summary["status"]
     if a.json:
         print(json.dumps(summary))
     else:
-        print(f"{summary['width']}: {len(disagreements)}/{decided} disagreements at decided "
+        print(f"{summary['width']}: {summary['disagree']}/{decided} disagreements at decided "
               f"positions (of {len(ref['positions'])}; margin >= {a.decided}) -> {status}")
         for d in disagreements[:10]:
             print("  ", d)

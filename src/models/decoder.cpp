@@ -6,13 +6,29 @@
 
 #include "backend/cpu/paged_attention.h"
 #include "backend/cpu/rms_norm.h"
+#include "backend/cpu/rope.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "quant/quantize.h"
 
 namespace mlxcel::models {
 
 void Norm::apply(const float* x, std::int64_t rows, std::int64_t cols, float* y) const {
-  cpu::rms_norm_ref(x, weight.data(), y, rows, cols, cols, eps, DType::kF32);
+  if (act == DType::kF32) return cpu::rms_norm(x, weight.data(), y, rows, cols, cols, eps, DType::kF32);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float ss = 0.0f;
+    for (std::int64_t c = 0; c < cols; ++c) ss += xr[c] * xr[c];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(cols) + eps);
+    float* yr = y + r * cols;
+    for (std::int64_t c = 0; c < cols; ++c)
+      yr[c] = quant::round_to(act, quant::round_to(act, xr[c] * inv) * weight[c]);
+  }
+}
+
+void Decoder::round_act(float* x, std::int64_t n) const {
+  if (act_dtype == DType::kF32) return;
+  for (std::int64_t i = 0; i < n; ++i) x[i] = quant::round_to(act_dtype, x[i]);
 }
 
 Norm load_norm(const WeightSource& w, const std::string& name, std::int64_t dim, float eps,
@@ -145,6 +161,9 @@ void Decoder::attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
     L.k.forward(xn, T, k.data());
     L.v.forward(xn, T, v.data());
   }
+  round_act(q.data(), T * qn);
+  round_act(k.data(), T * kn);
+  round_act(v.data(), T * kn);
   if (style.qk_norm) {
     L.q_norm.apply(q.data(), T * Hq, hd, q.data());
     L.k_norm.apply(k.data(), T * Hk, hd, k.data());
@@ -168,17 +187,41 @@ void Decoder::attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
     pv.v_dim = hd;
     pv.dtype = kv_dtype_;
   }
-  for (std::int64_t t = 0; t < T; ++t) {
-    for (int h = 0; h < Hq; ++h) L.rope.apply(q.data() + t * qn + h * hd, pos[t]);
-    for (int h = 0; h < Hk; ++h) L.rope.apply(k.data() + t * kn + h * hd, pos[t]);
+  std::vector<std::int32_t> pos32(pos.begin(), pos.end());
+  auto rope = [&](float* x, int heads) {
+    cpu::RopeArgs a;
+    a.x = a.y = x;
+    a.dtype = DType::kF32;
+    a.n_heads = heads;
+    a.seq_len = T;
+    a.head_dim = hd;
+    a.x_head_stride = a.y_head_stride = hd;
+    a.x_row_stride = a.y_row_stride = static_cast<std::int64_t>(heads) * hd;
+    a.positions = pos32.data();
+    L.rope.apply_to(a);
+    cpu::rope(a);
+  };
+  rope(q.data(), Hq);
+  rope(k.data(), Hk);
+  round_act(q.data(), T * qn);
+  round_act(k.data(), T * kn);
+  for (std::int64_t t = 0; t < T; ++t)
     cpu::paged_kv_write(views[item_of[t]], pos[t], k.data() + t * kn, v.data() + t * kn);
-  }
   const float scale = style.attn_scale > 0 ? style.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> att(static_cast<std::size_t>(T * qn));
-  for (std::int64_t t = 0; t < T; ++t)
-    cpu::paged_attention(q.data() + t * qn, Hq, views[item_of[t]], pos[t], L.window, scale,
-                         att.data() + t * qn);
+  // One task per (token, KV head group): independent outputs, shared read-only cache.
+  const int group = Hq / Hk;
+  cpu::default_thread_pool().parallel_for(T * Hk, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      const std::int64_t t = i / Hk;
+      const int g = static_cast<int>(i % Hk);
+      cpu::paged_attention(q.data() + t * qn, Hq, views[item_of[t]], pos[t], L.window, scale,
+                           att.data() + t * qn, g * group, (g + 1) * group);
+    }
+  });
+  round_act(att.data(), T * qn);
   L.o.forward(att.data(), T, out);
+  round_act(out, T * c.hidden_size);
 }
 
 void Decoder::moe_forward(const Moe& m, const float* xn, std::int64_t T, float* out) {
@@ -186,6 +229,7 @@ void Decoder::moe_forward(const Moe& m, const float* xn, std::int64_t T, float* 
   const std::int64_t I = m.gate.empty() ? 0 : m.gate[0].out();
   std::vector<float> gates(static_cast<std::size_t>(T * E));
   m.router.forward(xn, T, gates.data());
+  round_act(gates.data(), T * E);
   // Route: softmax in fp32 (precise), top-k experts, optional renormalization (mlx-lm qwen3_moe).
   std::vector<std::vector<std::pair<std::int64_t, float>>> per_expert(static_cast<std::size_t>(E));
   std::vector<std::int64_t> idx(static_cast<std::size_t>(E));
@@ -195,6 +239,7 @@ void Decoder::moe_forward(const Moe& m, const float* xn, std::int64_t T, float* 
     double z = 0;
     for (std::int64_t e = 0; e < E; ++e) z += std::exp(static_cast<double>(g[e] - mx));
     for (std::int64_t e = 0; e < E; ++e) g[e] = static_cast<float>(std::exp(static_cast<double>(g[e] - mx)) / z);
+    round_act(g, E);
     std::iota(idx.begin(), idx.end(), 0);
     std::partial_sort(idx.begin(), idx.begin() + m.top_k, idx.end(),
                       [&](std::int64_t a, std::int64_t b) { return g[a] > g[b]; });
@@ -202,6 +247,7 @@ void Decoder::moe_forward(const Moe& m, const float* xn, std::int64_t T, float* 
     for (int j = 0; j < m.top_k; ++j) sum += g[idx[j]];
     for (int j = 0; j < m.top_k; ++j) {
       float s = m.norm_topk_prob ? g[idx[j]] / sum : g[idx[j]];
+      if (act_dtype != DType::kF32) s = quant::round_to(act_dtype, s);
       per_expert[idx[j]].push_back({t, s});
     }
   }
@@ -217,9 +263,15 @@ void Decoder::moe_forward(const Moe& m, const float* xn, std::int64_t T, float* 
     b.resize(static_cast<std::size_t>(n * I));
     m.gate[e].forward(xs.data(), n, a.data());
     m.up[e].forward(xs.data(), n, b.data());
-    for (std::int64_t i = 0; i < n * I; ++i) a[i] = activate(Activation::kSilu, a[i]) * b[i];
+    round_act(a.data(), n * I);
+    round_act(b.data(), n * I);
+    for (std::int64_t i = 0; i < n * I; ++i) a[i] = activate(Activation::kSilu, a[i]);
+    round_act(a.data(), n * I);
+    for (std::int64_t i = 0; i < n * I; ++i) a[i] *= b[i];
+    round_act(a.data(), n * I);
     y.resize(static_cast<std::size_t>(n * H));
     m.down[e].forward(a.data(), n, y.data());
+    round_act(y.data(), n * H);
     for (std::int64_t r = 0; r < n; ++r) {
       float* o = out + rows[r].first * H;
       for (std::int64_t d = 0; d < H; ++d) o[d] += rows[r].second * y[r * H + d];
@@ -242,8 +294,14 @@ void Decoder::feed_forward(const DecoderLayer& L, const float* xn, std::int64_t 
     L.gate.forward(xn, T, g.data());
     L.up.forward(xn, T, u.data());
   }
-  for (std::int64_t i = 0; i < T * I; ++i) g[i] = activate(style.activation, g[i]) * u[i];
+  round_act(g.data(), T * I);
+  round_act(u.data(), T * I);
+  for (std::int64_t i = 0; i < T * I; ++i) g[i] = activate(style.activation, g[i]);
+  round_act(g.data(), T * I);
+  for (std::int64_t i = 0; i < T * I; ++i) g[i] *= u[i];
+  round_act(g.data(), T * I);
   L.down.forward(g.data(), T, out);
+  round_act(out, T * config_.hidden_size);
 }
 
 void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>>& logits) {
@@ -269,6 +327,7 @@ void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>
   if (style.embed_scale) {
     const float s = bf16(std::sqrt(static_cast<float>(D))).to_float();
     for (auto& x : h) x *= s;
+    round_act(h.data(), T * D);
   }
   for (std::size_t l = 0; l < layers.size(); ++l) {
     DecoderLayer& L = layers[l];
@@ -277,15 +336,18 @@ void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>
     if (style.sandwich_norms) {
       L.post_attn_norm.apply(tmp.data(), T, D, tmp.data());
       for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
+      round_act(h.data(), T * D);
       L.pre_ff_norm.apply(h.data(), T, D, xn.data());
       feed_forward(L, xn.data(), T, tmp.data());
       L.post_ff_norm.apply(tmp.data(), T, D, tmp.data());
     } else {
       for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
+      round_act(h.data(), T * D);
       L.post_attn_norm.apply(h.data(), T, D, xn.data());
       feed_forward(L, xn.data(), T, tmp.data());
     }
     for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
+    round_act(h.data(), T * D);
   }
   // Final norm and the output projection, only for the rows whose logits are wanted.
   logits.assign(batch.size(), {});
@@ -298,6 +360,7 @@ void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>
     final_norm.apply(h.data() + first * D, count, D, normed.data());
     logits[i].resize(static_cast<std::size_t>(count * V));
     (lm_head ? *lm_head : embed).forward(normed.data(), count, logits[i].data());
+    round_act(logits[i].data(), count * V);
     row += n;
   }
   for (auto& it : batch) it.kv->commit(it.tokens);

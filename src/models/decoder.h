@@ -28,6 +28,9 @@ struct DecoderStyle {
 struct Norm {
   std::vector<float> weight;
   float eps = 1e-5f;
+  // With act == BF16/F16, rounds as mx.fast.rms_norm does for half inputs:
+  // y = round(round(x * rsqrt(mean(x^2) + eps)) * w).
+  DType act = DType::kF32;
   void apply(const float* x, std::int64_t rows, std::int64_t cols, float* y) const;
 };
 
@@ -43,7 +46,7 @@ struct DecoderLayer {
   // Attention: either q/k/v or one fused qkv (phi3: rows q, then k, then v).
   Linear q, k, v, qkv, o;
   Norm q_norm, k_norm;
-  Rope rope;
+  cpu::RopePlan rope;
   std::int64_t window = 0;
   // Feed-forward: dense (gate/up or fused gate_up: first half gate) or MoE.
   Linear gate, up, gate_up, down;
@@ -71,6 +74,13 @@ class Decoder final : public Model {
   void moe_forward(const Moe& m, const float* xn, std::int64_t T, float* out);
 
   DType kv_dtype_ = DType::kF32;
+
+ public:
+  // Activation dtype of the checkpoint (its embedding / scales dtype). For BF16/F16 the forward
+  // rounds activations where MLX materializes them in that dtype (each op's output), so greedy
+  // decoding follows mlx-lm's through near-ties too; math inside each op stays fp32.
+  DType act_dtype = DType::kF32;
+  void round_act(float* x, std::int64_t n) const;
 };
 
 // Loaders shared by the family files.

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/qmatmul.h"
 #include "core/error.h"
 #include "quant/qmm.h"
 #include "quant/quantize.h"
@@ -28,12 +30,12 @@ Linear Linear::load(const WeightSource& w, const std::string& module, std::int64
   l.name_ = module;
   l.in_ = in;
   l.out_ = out;
-  l.weight_ = w.get(module + ".weight");
+  l.weight_ = w.get(module + ".weight").contiguous();
   l.quant_ = w.quant_for(module);
   const std::string want = "[" + std::to_string(out) + ", " + std::to_string(in) + "]";
   if (l.quant_) {
-    l.scales_ = w.get(module + ".scales");
-    if (has_biases(l.quant_->mode)) l.biases_ = w.get(module + ".biases");
+    l.scales_ = w.get(module + ".scales").contiguous();
+    if (has_biases(l.quant_->mode)) l.biases_ = w.get(module + ".biases").contiguous();
     check_quantized_shapes(l.weight_, l.scales_, l.biases_.defined() ? &l.biases_ : nullptr,
                            *l.quant_, module);
     if (l.weight_.ndim() != 2 || l.weight_.dim(0) != out ||
@@ -83,23 +85,37 @@ std::size_t Linear::weight_bytes() const {
 }
 
 void Linear::forward(const float* x, std::int64_t m, float* y) const {
-  std::vector<float> row(static_cast<std::size_t>(in_));
-  const Tensor w = weight_.contiguous();
-  for (std::int64_t n = 0; n < out_; ++n) {
-    if (quant_) {
-      quant::decode_row_f32(w, scales_, biases_.defined() ? &biases_ : nullptr, *quant_, n, row.data());
-    } else {
-      for (std::int64_t k = 0; k < in_; ++k)
-        row[k] = quant::load_float(w.raw(), w.dtype(), n * in_ + k);
-    }
-    float b = bias_.defined() ? quant::load_float(bias_.raw(), bias_.dtype(), n) : 0.0f;
-    for (std::int64_t i = 0; i < m; ++i) {
-      const float* xi = x + i * in_;
-      float acc = 0.0f;
-      for (std::int64_t k = 0; k < in_; ++k) acc += xi[k] * row[k];
-      y[i * out_ + n] = acc + b;
-    }
+  if (m <= 0 || out_ == 0) return;
+  std::vector<float> bias32;
+  if (bias_.defined()) bias32 = bias_.to_f32();
+  if (quant_) {
+    cpu::QWeight q;
+    q.w = static_cast<const std::uint32_t*>(weight_.raw());
+    q.scales = scales_.raw();
+    q.scales_dtype = scales_.dtype();
+    q.biases = biases_.defined() ? biases_.raw() : nullptr;
+    q.mode = static_cast<cpu::QMode>(quant_->mode);
+    q.bits = quant_->bits;
+    q.group_size = quant_->group_size;
+    q.n = out_;
+    q.k = in_;
+    cpu::qmatmul(q, x, m, bias32.empty() ? nullptr : bias32.data(), y);
+    return;
   }
+  cpu::MatmulArgs a;
+  a.x = x;
+  a.x_dtype = DType::kF32;
+  a.w = weight_.raw();
+  a.w_dtype = weight_.dtype();
+  a.y = y;
+  a.y_dtype = DType::kF32;
+  a.m = m;
+  a.n = out_;
+  a.k = in_;
+  cpu::matmul(a);
+  if (!bias32.empty())
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t n = 0; n < out_; ++n) y[i * out_ + n] += bias32[n];
 }
 
 void Linear::gather_rows(const std::int32_t* ids, std::int64_t n, float* out) const {

@@ -1,6 +1,7 @@
 #include "models/model.h"
 
 #include "core/error.h"
+#include "models/decoder.h"
 #include "models/families.h"
 
 namespace mlxcel::models {
@@ -16,7 +17,8 @@ KvCacheConfig Model::kv_config(std::int64_t num_blocks, int block_size, DType dt
   return k;
 }
 
-std::unique_ptr<Model> build_model(const ModelConfig& c, const WeightSource& w) {
+namespace {
+std::unique_ptr<Model> build_family(const ModelConfig& c, const WeightSource& w) {
   switch (c.family) {
     case Family::kLlama: return build_llama(c, w);
     case Family::kQwen2: return build_qwen2(c, w);
@@ -26,6 +28,22 @@ std::unique_ptr<Model> build_model(const ModelConfig& c, const WeightSource& w) 
     case Family::kPhi3: return build_phi3(c, w);
   }
   throw_error(ErrorCategory::kUnsupported, "no implementation for this model family");
+}
+}  // namespace
+
+std::unique_ptr<Model> build_model(const ModelConfig& c, const WeightSource& w) {
+  auto m = build_family(c, w);
+  if (auto* d = dynamic_cast<Decoder*>(m.get())) {
+    // The checkpoint's activation dtype is that of its (never quantized) final norm weight.
+    DType act = w.get("model.norm.weight").dtype();
+    if (act != DType::kBF16 && act != DType::kF16) act = DType::kF32;
+    d->act_dtype = act;
+    d->final_norm.act = act;
+    for (auto& L : d->layers)
+      for (Norm* n : {&L.input_norm, &L.post_attn_norm, &L.pre_ff_norm, &L.post_ff_norm, &L.q_norm, &L.k_norm})
+        n->act = act;
+  }
+  return m;
 }
 
 }  // namespace mlxcel::models

@@ -107,6 +107,11 @@ std::vector<std::int32_t> prompt(int n, int seed) {
   return p;
 }
 
+// Activations are rounded to bf16 between ops (as MLX does), so a different fp32 summation
+// order inside a kernel (GEMV for a few rows, GEMM for many) can flip one rounding: allow a few
+// bf16 steps of the logits.
+constexpr float kTol = 2e-2f;
+
 float max_diff(const std::vector<float>& a, const float* b, std::size_t n) {
   float m = 0;
   for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
@@ -138,7 +143,7 @@ TEST_P(DecoderConsistency, IncrementalBatchedAndPrefixReuseAgree) {
   for (std::size_t i = 0; i < p.size(); ++i) {
     std::vector<BatchItem> one = {{&inc, std::span<const std::int32_t>(&p[i], 1), false}};
     model->forward(one, out);
-    EXPECT_LT(max_diff(out[0], ref.data() + i * V, V), 2e-4f) << type << " position " << i;
+    EXPECT_LT(max_diff(out[0], ref.data() + i * V, V), kTol) << type << " position " << i;
   }
 
   // Two sequences in one batch: a decode step of `inc` beside a prefill of another prompt.
@@ -154,7 +159,7 @@ TEST_P(DecoderConsistency, IncrementalBatchedAndPrefixReuseAgree) {
   std::vector<BatchItem> mixed = {{&inc_copy, std::span<const std::int32_t>(&next, 1), false},
                                   {&other, p2, false}};
   model->forward(mixed, out);
-  EXPECT_LT(max_diff(out[1], alone_logits.data(), V), 2e-4f) << type << " batched";
+  EXPECT_LT(max_diff(out[1], alone_logits.data(), V), kTol) << type << " batched";
 
   // Prefix reuse: a sequence that starts with the cached 8-token prefix of `full`.
   auto p3 = p;
@@ -167,7 +172,7 @@ TEST_P(DecoderConsistency, IncrementalBatchedAndPrefixReuseAgree) {
   std::vector<BatchItem> f = {{&fresh, p3, false}};
   std::vector<std::vector<float>> out2;
   model->forward(f, out2);
-  EXPECT_LT(max_diff(out[0], out2[0].data(), V), 2e-4f) << type << " prefix reuse";
+  EXPECT_LT(max_diff(out[0], out2[0].data(), V), kTol) << type << " prefix reuse";
 }
 
 INSTANTIATE_TEST_SUITE_P(

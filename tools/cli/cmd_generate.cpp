@@ -24,7 +24,7 @@ namespace mlxcel::cli {
 namespace {
 
 struct GenArgs {
-  std::string model, prompt, system, output_ids;
+  std::string model, prompt, system, output_ids, prompt_ids;
   std::int64_t max_tokens = 256;
   std::int64_t ctx_size = 0;
   bool no_chat_template = false, show_reasoning = false, ignore_eos = false, quiet = false;
@@ -47,7 +47,8 @@ void print_help(bool repl) {
       "  --stop TEXT            stop string (repeatable)\n"
       "  --ignore-eos           do not stop at end-of-sequence tokens\n"
       "  --ctx-size N           context length (default: the model's)\n"
-      "  --output-ids FILE      write the generated token ids as JSON\n"
+      "  --output-ids FILE      write the prompt and generated token ids as JSON\n"
+      "  --prompt-ids FILE      use the token ids in FILE (a JSON array) as the prompt\n"
       "%s",
       repl ? "" : "  -p, --prompt TEXT      prompt ('-' reads stdin; \\n and \\t are unescaped)\n",
       runtime::sampling_flags_help());
@@ -72,6 +73,7 @@ GenArgs parse(const std::vector<std::string>& args, bool repl) {
     else if (a == "--ignore-eos") g.ignore_eos = true;
     else if (a == "--ctx-size") g.ctx_size = runtime::parse_int_flag(a, value(), 16, 1 << 24);
     else if (a == "--output-ids") g.output_ids = value();
+    else if (!repl && a == "--prompt-ids") g.prompt_ids = value();
     else if (a == "-q" || a == "--quiet") g.quiet = true;
     else if (a == "-h" || a == "--help") {
       print_help(repl);
@@ -80,7 +82,8 @@ GenArgs parse(const std::vector<std::string>& args, bool repl) {
     else throw_error(ErrorCategory::kBadInput, "unknown option " + a + " (see --help)");
   }
   if (g.model.empty()) throw_error(ErrorCategory::kBadInput, "a model folder is required (-m DIR)");
-  if (!repl && g.prompt.empty()) throw_error(ErrorCategory::kBadInput, "a prompt is required (-p TEXT)");
+  if (!repl && g.prompt.empty() && g.prompt_ids.empty())
+    throw_error(ErrorCategory::kBadInput, "a prompt is required (-p TEXT or --prompt-ids FILE)");
   return g;
 }
 
@@ -175,7 +178,16 @@ int cmd_generate(const std::vector<std::string>& args) {
   Engine e = open_engine(g);
   std::vector<std::int32_t> prompt;
   bool in_reasoning = false;
-  if (!g.no_chat_template && e.fmt.has_template()) {
+  if (!g.prompt_ids.empty()) {
+    std::ifstream f(g.prompt_ids);
+    if (!f) throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": cannot open");
+    auto j = nlohmann::json::parse(f, nullptr, false);
+    if (!j.is_array()) throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": not a JSON array of token ids");
+    for (const auto& v : j) {
+      if (!v.is_number_integer()) throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": not a JSON array of token ids");
+      prompt.push_back(v.get<std::int32_t>());
+    }
+  } else if (!g.no_chat_template && e.fmt.has_template()) {
     nlohmann::json messages = nlohmann::json::array();
     if (!g.system.empty()) messages.push_back({{"role", "system"}, {"content", g.system}});
     messages.push_back({{"role", "user"}, {"content", prompt_text}});

@@ -33,4 +33,9 @@ void binary_rows(int kind, const void* a, const void* b, void* y, DType t, std::
 // RMSNorm rows: y = x * rsqrt(mean(x^2) + eps) * w.
 void rms_norm_row(const void* x, const void* w, void* y, DType t, std::int64_t cols, float eps);
 
+// Affine 4/8-bit row decode: out[j] = q_j * scale_g + bias_g (unfused); scales/biases in `sdt`,
+// indexed from group0 (the row's first group).
+void decode_affine_row(const std::uint32_t* w, const void* scales, const void* biases, DType sdt,
+                       std::int64_t group0, int bits, int group_size, std::int64_t k, float* out);
+
 }  // namespace mlxcel::cpu::avx2

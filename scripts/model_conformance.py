@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Model-level conformance of mlxcel against mlx-lm on fixture checkpoints (DESIGN.md
+"Correctness"): for each fixture, teacher-forced top-k traces at w1, w8 and w256 compared at
+decided positions (margin >= 2.0; gate: zero disagreements, and 0 decided is inconclusive), and
+greedy generation of 32 tokens compared token for token.
+
+usage: model_conformance.py MLXCEL_BIN FIXTURE_DIR [FIXTURE_DIR ...] [--json OUT] [--markdown OUT]
+Exit 0 when every fixture passes.
+"""
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import mlx.core as mx
+from mlx_lm.generate import generate_step
+from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.sample_utils import make_sampler
+from mlx_lm.utils import load_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_traces import compare  # noqa: E402
+
+WIDTHS = {"w1": 48, "w8": 544, "w256": 300}  # tokens per trace: w8 needs a 512-token prefill
+STEP = {"w1": 1, "w8": 8, "w256": 256}
+
+
+def mlx_trace(model, tokens, width, top_k=8):
+    cache = make_prompt_cache(model)
+    chunks, pos, n = [], 0, len(tokens)
+    if width == "w8":
+        chunks.append((0, min(512, n)))
+        pos = min(512, n)
+    while pos < n:
+        chunks.append((pos, min(n, pos + STEP[width])))
+        pos += STEP[width]
+    positions = []
+    for b, e in chunks:
+        logits = model(mx.array(tokens[b:e])[None], cache=cache)[0].astype(mx.float32)
+        idx = mx.argsort(-logits, axis=-1)[:, :top_k]
+        vals = mx.take_along_axis(logits, idx, axis=-1)
+        for r, (i, v) in enumerate(zip(idx.tolist(), vals.tolist())):
+            positions.append({"pos": b + r, "top": [[a, c] for a, c in zip(i, v)]})
+    return {"width": width, "tokens": tokens, "positions": positions}
+
+
+def mlx_greedy(model, prompt, n=32):
+    out = []
+    for tok, _ in generate_step(mx.array(prompt), model, max_tokens=n, sampler=make_sampler(0.0)):
+        out.append(int(tok))
+    return out
+
+
+def check_fixture(binary, fixture, tmp):
+    mx.set_default_device(mx.cpu)
+    model, config = load_model(Path(fixture))
+    vocab = config["vocab_size"]
+    rng = random.Random(hash(Path(fixture).name) & 0xFFFF)
+    result = {"fixture": Path(fixture).name, "widths": {}, "ok": True}
+    for width, n in WIDTHS.items():
+        tokens = [rng.randrange(vocab) for _ in range(n)]
+        ids = Path(tmp) / f"ids-{width}.json"
+        ids.write_text(json.dumps(tokens))
+        ours_path = Path(tmp) / f"ours-{width}.json"
+        subprocess.run([binary, "trace", "-m", fixture, "--tokens", str(ids), "--width", width,
+                        "-o", str(ours_path)], check=True, capture_output=True)
+        ref = mlx_trace(model, tokens, width)
+        s = compare(ref, json.loads(ours_path.read_text()), 2.0)
+        result["widths"][width] = s
+        result["ok"] &= s["status"] == "pass"
+    prompt = [rng.randrange(vocab) for _ in range(16)]
+    ref_tokens = mlx_greedy(model, prompt)
+    p = Path(tmp) / "prompt.json"
+    p.write_text(json.dumps(prompt))
+    o = Path(tmp) / "gen.json"
+    subprocess.run([binary, "generate", "-m", fixture, "--prompt-ids", str(p), "-n", "32",
+                    "--ignore-eos", "-q", "--output-ids", str(o)], check=True, capture_output=True)
+    ours = json.loads(o.read_text())["tokens"]
+    first_diff = next((i for i, (a, b) in enumerate(zip(ref_tokens, ours)) if a != b), None)
+    result["greedy"] = {"equal": ours == ref_tokens, "first_difference": first_diff, "n": len(ref_tokens)}
+    result["ok"] &= ours == ref_tokens
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("binary")
+    ap.add_argument("fixtures", nargs="+")
+    ap.add_argument("--json")
+    ap.add_argument("--markdown")
+    a = ap.parse_args()
+    results = []
+    for f in a.fixtures:
+        with tempfile.TemporaryDirectory() as tmp:
+            r = check_fixture(a.binary, f, tmp)
+        results.append(r)
+        w = r["widths"]
+        print(f"{r['fixture']:22s} " + "  ".join(
+            f"{k}: {v['disagree']}/{v['decided']} of {v['positions']}" for k, v in w.items()) +
+              f"  greedy32: {'equal' if r['greedy']['equal'] else 'DIFFERS at ' + str(r['greedy']['first_difference'])}"
+              f"  -> {'pass' if r['ok'] else 'FAIL'}", flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+    if a.markdown:
+        lines = ["| fixture | w1 disagree/decided | w8 | w256 | greedy 32 tokens |", "|---|---|---|---|---|"]
+        for r in results:
+            w = r["widths"]
+            lines.append(f"| {r['fixture']} | " + " | ".join(
+                f"{w[k]['disagree']}/{w[k]['decided']} (of {w[k]['positions']})" for k in WIDTHS) +
+                f" | {'equal' if r['greedy']['equal'] else 'differs at ' + str(r['greedy']['first_difference'])} |")
+        Path(a.markdown).write_text("\n".join(lines) + "\n")
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
