@@ -74,6 +74,9 @@ struct Server {
     r->stop = g.stop;
     r->top_logprobs = g.logprobs ? g.top_logprobs : -1;
     const std::int64_t n = static_cast<std::int64_t>(r->prompt.size());
+    if (n == 0)
+      throw ApiException{ApiError::bad_request("the prompt is empty (it encodes to no tokens)",
+                                               g.endpoint == Endpoint::kChat ? "messages" : "prompt")};
     const std::int64_t ctx = engine->ctx_size();
     if (n >= ctx)
       throw ApiException{ApiError::bad_request(
