@@ -189,8 +189,10 @@ void Engine::loop() {
     }
     slots.erase(std::remove_if(slots.begin(), slots.end(), [](const auto& s) { return s->done; }),
                 slots.end());
-    active_.store(static_cast<int>(slots.size()));
+    // Gauges before active_: a client that sees /health idle also sees idle metrics.
     metrics_.kv_blocks_used.set(static_cast<double>(pool_->used_blocks()));
+    metrics_.active_slots.set(static_cast<double>(slots.size()));
+    active_.store(static_cast<int>(slots.size()));
   }
   // Shutdown: tell every waiting or active request.
   for (auto& s : slots) finish(*s, "cancelled");
