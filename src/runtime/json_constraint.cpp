@@ -8,6 +8,7 @@ namespace {
 
 constexpr std::size_t kMaxDepth = 64;  // deeper nesting is refused (bounded state, no runaway)
 constexpr int kMaxExpDigits = 2;        // 1e99 at most: no overflow to infinity
+constexpr int kMaxWhitespaceRun = 16;   // consecutive whitespace bytes outside strings
 
 bool is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
@@ -69,6 +70,16 @@ bool JsonPrefix::after_value(unsigned char c) {
 }
 
 bool JsonPrefix::feed_byte(unsigned char c) {
+  // Whitespace between tokens is capped: models (and random weights) otherwise fill the budget
+  // with it, and no JSON needs long runs.
+  const bool structural_ws = is_ws(c) && mode_ != Mode::kString && mode_ != Mode::kLiteral;
+  if (structural_ws && ws_run_ >= kMaxWhitespaceRun) return false;
+  if (!step_byte(c)) return false;
+  ws_run_ = structural_ws ? static_cast<std::uint8_t>(ws_run_ + 1) : 0;
+  return true;
+}
+
+bool JsonPrefix::step_byte(unsigned char c) {
   switch (mode_) {
     case Mode::kDone:
       return is_ws(c);
@@ -190,7 +201,7 @@ bool JsonPrefix::feed_byte(unsigned char c) {
           }
           // The number ends here; the byte belongs to what follows it.
           end_value();
-          return feed_byte(c);
+          return step_byte(c);
       }
   }
   return false;

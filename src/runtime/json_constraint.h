@@ -1,7 +1,8 @@
 #pragma once
 // Constrained decoding for response_format {"type": "json_object"}: a JSON prefix automaton over
 // bytes (RFC 8259 grammar; strings must be valid UTF-8, no control characters; exponents have at
-// most two digits so every number is a finite double) and the per-step vocabulary mask built on
+// most two digits so every number is a finite double; at most 16 whitespace bytes in a row
+// outside strings) and the per-step vocabulary mask built on
 // it.
 //
 // The automaton knows the length of the shortest completion of the current prefix
@@ -50,6 +51,7 @@ class JsonPrefix {
   enum class Num : std::uint8_t { kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp };
 
   bool num_complete() const { return num_ == Num::kZero || num_ == Num::kInt || num_ == Num::kFrac || num_ == Num::kExp; }
+  bool step_byte(unsigned char c);
   bool start_value(unsigned char c);
   void end_value();
   bool after_value(unsigned char c);
@@ -63,6 +65,7 @@ class JsonPrefix {
   std::uint8_t utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // allowed range of the next continuation byte
   Num num_ = Num::kInt;
   std::uint8_t exp_digits_ = 0;
+  std::uint8_t ws_run_ = 0;  // consecutive whitespace outside strings
   const char* lit_ = nullptr;  // remaining letters of true / false / null
 };
 

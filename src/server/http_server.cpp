@@ -75,6 +75,7 @@ struct Server {
     r->sampling = g.sampling;
     r->stop = g.stop;
     r->top_logprobs = g.logprobs ? g.top_logprobs : -1;
+    r->json_object = g.json_mode;
     const std::int64_t n = static_cast<std::int64_t>(r->prompt.size());
     if (n == 0)
       throw ApiException{ApiError::bad_request("the prompt is empty (it encodes to no tokens)",

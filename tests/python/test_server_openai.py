@@ -2,6 +2,7 @@
 and not) and by raw HTTP for the other routes. Expected tokens come from mlx-lm's forward pass on
 the same checkpoint and prompts from transformers' chat template and tokenizer, never from our own
 output."""
+import json
 import math
 
 import openai
@@ -221,3 +222,24 @@ def test_prefix_reuse_reports_cached_tokens(client):
     assert b.usage.prompt_tokens_details.cached_tokens >= 64
     assert b.usage.prompt_tokens_details.cached_tokens < b.usage.prompt_tokens
     assert a.usage.prompt_tokens > 100
+
+
+@pytest.mark.parametrize("max_tokens,temperature,seed", [(2, 0, None), (9, 0, None), (40, 0, None),
+                                                         (25, 1.0, 5), (60, 1.2, 11)])
+def test_json_object_mode_parses(client, max_tokens, temperature, seed):
+    kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": "Reply with a JSON object."}],
+              max_tokens=max_tokens, temperature=temperature, seed=seed, response_format={"type": "json_object"})
+    r = client.chat.completions.create(**kw)
+    text = r.choices[0].message.content
+    assert isinstance(json.loads(text), dict), text
+    assert r.choices[0].finish_reason == "stop"
+    assert 1 <= r.usage.completion_tokens <= max_tokens  # "{}" is one Qwen token
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **kw)
+                       if c.choices)
+    if seed is not None or temperature == 0:
+        assert streamed == text
+    # Without the constraint the tiny model's output is not JSON (so the mask is what makes it so).
+    del kw["response_format"]
+    free = client.chat.completions.create(**kw).choices[0].message.content
+    with pytest.raises(ValueError):
+        json.loads(free)

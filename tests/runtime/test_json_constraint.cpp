@@ -85,6 +85,10 @@ TEST(JsonPrefix, RefusesInvalidBytesWhereTheyOccur) {
   // Exponents have at most two digits, so every number is a finite double.
   EXPECT_EQ(refused_at("{\"a\":1e99}"), -1);
   EXPECT_EQ(refused_at("{\"a\":1e-999}"), 10);
+  // At most 16 whitespace bytes in a row outside strings; inside strings any number.
+  EXPECT_EQ(refused_at("{" + std::string(17, ' ') + "}"), 17);
+  EXPECT_EQ(refused_at("{" + std::string(16, '\n') + "\"a\"" + std::string(16, '\t') + ":1}"), -1);
+  EXPECT_EQ(refused_at("{\"a\":\"" + std::string(40, ' ') + "\"}"), -1);
 }
 
 TEST(JsonPrefix, ClosingDistanceIsTheShortestCompletion) {
