@@ -1,6 +1,7 @@
 #include "server/engine.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -43,6 +44,7 @@ struct Engine::Slot {
   StreamingDecoder detok;
   runtime::StopMatcher stop;
   std::optional<ReasoningSplitter> split;
+  std::optional<runtime::JsonPrefix> json;
   std::int64_t generated = 0;
   std::int32_t next_input = -1;  // sampled token to feed on the next step
   std::chrono::steady_clock::time_point last_token;
@@ -156,6 +158,7 @@ void Engine::loop() {
         s->cached = s->kv.reuse_prefix(r->prompt);
         s->prefilled = static_cast<std::size_t>(s->cached);
         s->history = r->prompt;
+        if (r->json_object) s->json.emplace(true);
         if (r->split_reasoning) {
           const auto& mk = fmt_.reasoning_markers();
           s->split.emplace(mk.start, mk.end, r->starts_in_reasoning);
@@ -189,8 +192,10 @@ void Engine::loop() {
     }
     slots.erase(std::remove_if(slots.begin(), slots.end(), [](const auto& s) { return s->done; }),
                 slots.end());
-    active_.store(static_cast<int>(slots.size()));
+    // Gauges before active_: a client that sees /health idle also sees idle metrics.
     metrics_.kv_blocks_used.set(static_cast<double>(pool_->used_blocks()));
+    metrics_.active_slots.set(static_cast<double>(slots.size()));
+    active_.store(static_cast<int>(slots.size()));
   }
   // Shutdown: tell every waiting or active request.
   for (auto& s : slots) finish(*s, "cancelled");
@@ -249,6 +254,7 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
       if (s.prefilled < prompt.size()) continue;  // more prompt chunks to go
       first = true;
     }
+    if (s.json) apply_json_mask(s, logits[b]);
     const int ntop = std::max(0, s.req->top_logprobs);
     runtime::SampleResult r = s.sampler.sample(logits[b], s.history, ntop);
     auto t = std::chrono::steady_clock::now();
@@ -278,6 +284,14 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
       finish(s, "stop");
       continue;
     }
+    if (s.json) {
+      const auto& text = token_text();
+      const bool fed = static_cast<std::size_t>(r.token) < text.size() && s.json->feed(text[static_cast<std::size_t>(r.token)]);
+      if (!fed || s.json->complete()) {  // !fed: no allowed token was left (non-byte vocabulary)
+        finish(s, fed ? "stop" : "length");
+        continue;
+      }
+    }
     const bool max_reached = s.req->max_tokens > 0 && s.generated >= s.req->max_tokens;
     const bool ctx_full = s.kv.length() + 1 >= opts_.ctx_size;
     if (max_reached || ctx_full) {
@@ -286,6 +300,47 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
     }
     s.next_input = r.token;
   }
+}
+
+const std::vector<std::string>& Engine::token_text() {
+  if (!token_text_.empty()) return token_text_;
+  // The text each token adds in the middle of a sequence: decode(anchor, t) minus decode(anchor),
+  // which keeps the leading space SentencePiece decoders drop at the start. Special tokens and
+  // tokens that are part of a UTF-8 character (they decode to U+FFFD alone) get "" and are never
+  // allowed in JSON mode, so the automaton always sees exactly the bytes the client receives.
+  const Tokenizer& tok = fmt_.tokenizer();
+  const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
+  token_text_.assign(vocab, std::string());
+  std::optional<std::int32_t> anchor = tok.token_to_id("a");
+  std::string anchor_text;
+  if (anchor) anchor_text = tok.decode(std::vector<std::int32_t>{*anchor});
+  for (std::size_t t = 0; t < vocab && t < tok.vocab_size(); ++t) {
+    const auto id = static_cast<std::int32_t>(t);
+    if (tok.is_special(id)) continue;
+    std::string text;
+    if (anchor) {
+      std::string both = tok.decode(std::vector<std::int32_t>{*anchor, id});
+      if (both.compare(0, anchor_text.size(), anchor_text) == 0) text = both.substr(anchor_text.size());
+      else text = tok.decode(std::vector<std::int32_t>{id});
+    } else {
+      text = tok.decode(std::vector<std::int32_t>{id});
+    }
+    if (text.find("\xEF\xBF\xBD") != std::string::npos) continue;
+    token_text_[t] = std::move(text);
+  }
+  if (token_text_.empty()) token_text_.assign(1, std::string());
+  return token_text_;
+}
+
+void Engine::apply_json_mask(Slot& s, std::vector<float>& logits) {
+  const auto& text = token_text();
+  std::int64_t remaining = opts_.ctx_size - s.kv.length();
+  if (s.req->max_tokens > 0) remaining = std::min(remaining, s.req->max_tokens - s.generated);
+  const std::size_t n = std::min(logits.size(), text.size());
+  runtime::json_token_mask(*s.json, std::span<const std::string>(text.data(), n), remaining, mask_);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (std::size_t t = 0; t < logits.size(); ++t)
+    if (t >= n || !mask_[t]) logits[t] = kNegInf;
 }
 
 }  // namespace mlxcel::server

@@ -19,6 +19,7 @@
 #include "models/kv_cache.h"
 #include "models/model.h"
 #include "runtime/chat.h"
+#include "runtime/json_constraint.h"
 #include "runtime/sampler.h"
 #include "server/metrics.h"
 
@@ -62,6 +63,7 @@ struct EngineRequest {
   int top_logprobs = -1;         // -1: no logprobs
   bool split_reasoning = false;
   bool starts_in_reasoning = false;
+  bool json_object = false;      // response_format json_object: constrained to one JSON object
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 
   std::atomic<bool> cancelled{false};
@@ -103,6 +105,8 @@ class Engine {
   void loop();
   void step(std::vector<std::unique_ptr<Slot>>& slots);
   void finish(Slot& s, const std::string& reason);
+  void apply_json_mask(Slot& s, std::vector<float>& logits);
+  const std::vector<std::string>& token_text();
 
   models::Model& model_;
   const runtime::ChatFormatter& fmt_;
@@ -117,6 +121,8 @@ class Engine {
   std::atomic<bool> healthy_{true};
   std::string unhealthy_reason_;
   std::atomic<int> active_{0};
+  std::vector<std::string> token_text_;  // engine thread only: each token's text, for JSON masks
+  std::vector<std::uint8_t> mask_;
   std::thread thread_;
 };
 

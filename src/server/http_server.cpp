@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <sys/socket.h>
+
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -73,7 +75,11 @@ struct Server {
     r->sampling = g.sampling;
     r->stop = g.stop;
     r->top_logprobs = g.logprobs ? g.top_logprobs : -1;
+    r->json_object = g.json_mode;
     const std::int64_t n = static_cast<std::int64_t>(r->prompt.size());
+    if (n == 0)
+      throw ApiException{ApiError::bad_request("the prompt is empty (it encodes to no tokens)",
+                                               g.endpoint == Endpoint::kChat ? "messages" : "prompt")};
     const std::int64_t ctx = engine->ctx_size();
     if (n >= ctx)
       throw ApiException{ApiError::bad_request(
@@ -423,10 +429,21 @@ int run_server(const ServerOptions& opts) {
     s.handle_generation(req, res, Endpoint::kCompletion);
   });
 
+  // The packaged cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when
+  // the shared library was built): a burst of concurrent clients overflows the accept queue and
+  // sees resets or 1 s SYN retries. Keep the socket the library binds and listen again with the
+  // system maximum (Linux updates the backlog of a listening socket).
+  int listen_fd = -1;
+  http.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = static_cast<int>(sock);
+  });
   if (!http.bind_to_port(opts.host, opts.port)) {
     throw_error(ErrorCategory::kBadInput,
                 "cannot listen on " + opts.host + ":" + std::to_string(opts.port) + " (in use or not permitted)");
   }
+  if (listen_fd >= 0 && ::listen(listen_fd, SOMAXCONN) != 0)
+    LOG_WARN("could not raise the listen backlog; bursts of connections may be refused");
   std::thread listener([&] { http.listen_after_bind(); });
   g_server = &http;
   std::signal(SIGINT, on_signal);

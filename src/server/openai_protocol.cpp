@@ -173,9 +173,45 @@ std::string content_to_text(const json& content, std::size_t index) {
   return text;
 }
 
+// Byte offset of the first invalid UTF-8 sequence (overlong forms, surrogates and code points
+// above U+10FFFF are invalid, RFC 3629), or npos when `s` is valid.
+std::size_t invalid_utf8_at(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) { len = 3; lo = 0xA0; }
+    else if (c == 0xED) { len = 3; hi = 0x9F; }
+    else if (c >= 0xE1 && c <= 0xEF) len = 3;
+    else if (c == 0xF0) { len = 4; lo = 0x90; }
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else if (c == 0xF4) { len = 4; hi = 0x8F; }
+    else return i;
+    if (i + len > n) return i;
+    if (p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (std::size_t k = 2; k < len; ++k)
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
 }  // namespace
 
 json parse_body(const std::string& body) {
+  // JSON text exchanged between systems must be UTF-8 (RFC 8259 section 8.1); the parser does not
+  // check string contents, and invalid bytes would otherwise surface later as a 500.
+  if (std::size_t at = invalid_utf8_at(body); at != std::string::npos)
+    throw ApiException{ApiError::bad_request("request body is not valid UTF-8 (invalid byte sequence at offset " +
+                                             std::to_string(at) + ")")};
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) {
     // Re-parse with exceptions for the position of the error.

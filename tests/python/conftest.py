@@ -2,3 +2,26 @@ import sys
 import pathlib
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+# Server fixtures (tests/python/test_server_*.py): one tiny model and one server per session.
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def server_model_dir(tmp_path_factory):
+    import server_model
+    return server_model.make(tmp_path_factory.mktemp("server-model") / "tiny-qwen3")
+
+
+@pytest.fixture(scope="session")
+def server(server_model_dir, tmp_path_factory):
+    from _server_util import SERVER_ARGS, ServerProc
+    srv = ServerProc(server_model_dir, SERVER_ARGS, tmp_path_factory.mktemp("server-log") / "server.log")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def reference(server_model_dir):
+    from _server_util import Reference
+    return Reference(server_model_dir)

@@ -69,6 +69,15 @@ TEST(OpenAiProtocol, ToolCallArgumentsBecomeObjects) {
   EXPECT_EQ(r.messages[0]["content"], "");
 }
 
+TEST(OpenAiProtocol, RejectsInvalidUtf8InsideStrings) {
+  for (const char* bad : {"{\"prompt\": \"a\xff\"}", "{\"prompt\": \"\xc0\xaf\"}",
+                          "{\"prompt\": \"\xed\xa0\x80\"}", "{\"prompt\": \"\xf4\x90\x80\x80\"}",
+                          "{\"prompt\": \"\xe2\x82\"}", "{\"prompt\": \"\x80\"}"})
+    EXPECT_NE(expect_400(bad).message.find("UTF-8"), std::string::npos) << bad;
+  // Valid multi-byte text (2, 3 and 4 bytes, the highest code point) passes.
+  EXPECT_EQ(parse_body("{\"p\": \"\xc3\xa9\xe6\x9d\xb1\xf0\x9f\x9a\x80\xf4\x8f\xbf\xbf\"}")["p"].get<std::string>().size(), 13u);
+}
+
 TEST(OpenAiProtocol, RejectsBadInputNamingTheField) {
   EXPECT_NE(expect_400("{not json").message.find("not valid JSON"), std::string::npos);
   expect_400("[1,2]");
