@@ -349,19 +349,32 @@ void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>
     for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
     round_act(h.data(), T * D);
   }
-  // Final norm and the output projection, only for the rows whose logits are wanted.
-  logits.assign(batch.size(), {});
-  std::int64_t row = 0;
+  // Final norm and the output projection, only for the rows whose logits are wanted, in one
+  // call for the whole step so the (often largest) output matrix is read once.
+  std::vector<std::int64_t> first(batch.size()), count(batch.size());
+  std::int64_t row = 0, rows = 0;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const std::int64_t n = static_cast<std::int64_t>(batch[i].tokens.size());
-    const std::int64_t first = batch[i].all_logits ? row : row + n - 1;
-    const std::int64_t count = batch[i].all_logits ? n : 1;
-    std::vector<float> normed(static_cast<std::size_t>(count * D));
-    final_norm.apply(h.data() + first * D, count, D, normed.data());
-    logits[i].resize(static_cast<std::size_t>(count * V));
-    (lm_head ? *lm_head : embed).forward(normed.data(), count, logits[i].data());
-    round_act(logits[i].data(), count * V);
+    first[i] = batch[i].all_logits ? row : row + n - 1;
+    count[i] = batch[i].all_logits ? n : 1;
+    rows += count[i];
     row += n;
+  }
+  std::vector<float> picked(static_cast<std::size_t>(rows * D)), normed(picked.size());
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    std::copy(h.data() + first[i] * D, h.data() + (first[i] + count[i]) * D, picked.data() + at * D);
+    at += count[i];
+  }
+  final_norm.apply(picked.data(), rows, D, normed.data());
+  std::vector<float> all(static_cast<std::size_t>(rows * V));
+  (lm_head ? *lm_head : embed).forward(normed.data(), rows, all.data());
+  round_act(all.data(), rows * V);
+  logits.assign(batch.size(), {});
+  at = 0;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    logits[i].assign(all.begin() + at * V, all.begin() + (at + count[i]) * V);
+    at += count[i];
   }
   for (auto& it : batch) it.kv->commit(it.tokens);
 }
