@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/mlx_compat.h"
 #include "backend/cpu/paged_attention.h"
 #include "backend/cpu/rms_norm.h"
 #include "backend/cpu/rope.h"
@@ -126,6 +127,31 @@ std::size_t Decoder::decode_bytes_per_token() const {
   return b;
 }
 
+void Decoder::emit(const char* name, int layer, const float* data, std::int64_t rows,
+                   std::int64_t cols) const {
+  if (tap) tap(name, layer, data, rows, cols);
+}
+
+namespace {
+float activate(Activation a, float x);
+}  // namespace
+
+void Decoder::gated_activation(Activation a, float* g, const float* u, std::int64_t n) const {
+  if (numerics_ == Numerics::kMlx) {
+    const DType t = act_dtype;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float v = a == Activation::kGeluApprox ? cpu::mlx_compat::gelu_approx(g[i], t)
+                                                   : cpu::mlx_compat::silu(g[i], t);
+      g[i] = cpu::mlx_compat::round_to(t, v * u[i]);
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) g[i] = activate(a, g[i]);
+  round_act(g, n);
+  for (std::int64_t i = 0; i < n; ++i) g[i] *= u[i];
+  round_act(g, n);
+}
+
 namespace {
 
 float activate(Activation a, float x) {
@@ -149,7 +175,7 @@ void Decoder::attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
       v(static_cast<std::size_t>(T * kn));
   if (L.qkv.out() > 0) {
     std::vector<float> qkv(static_cast<std::size_t>(T * (qn + 2 * kn)));
-    L.qkv.forward(xn, T, qkv.data());
+    L.qkv.forward(xn, T, qkv.data(), numerics_, act_dtype);
     for (std::int64_t t = 0; t < T; ++t) {
       const float* r = qkv.data() + t * (qn + 2 * kn);
       std::copy(r, r + qn, q.data() + t * qn);
@@ -157,13 +183,16 @@ void Decoder::attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
       std::copy(r + qn + kn, r + qn + 2 * kn, v.data() + t * kn);
     }
   } else {
-    L.q.forward(xn, T, q.data());
-    L.k.forward(xn, T, k.data());
-    L.v.forward(xn, T, v.data());
+    L.q.forward(xn, T, q.data(), numerics_, act_dtype);
+    L.k.forward(xn, T, k.data(), numerics_, act_dtype);
+    L.v.forward(xn, T, v.data(), numerics_, act_dtype);
   }
   round_act(q.data(), T * qn);
   round_act(k.data(), T * kn);
   round_act(v.data(), T * kn);
+  emit("q", layer, q.data(), T, qn);
+  emit("k", layer, k.data(), T, kn);
+  emit("v", layer, v.data(), T, kn);
   if (style.qk_norm) {
     L.q_norm.apply(q.data(), T * Hq, hd, q.data());
     L.k_norm.apply(k.data(), T * Hk, hd, k.data());
@@ -199,12 +228,15 @@ void Decoder::attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
     a.x_row_stride = a.y_row_stride = static_cast<std::int64_t>(heads) * hd;
     a.positions = pos32.data();
     L.rope.apply_to(a);
+    if (numerics_ == Numerics::kMlx) a.mlx_rounding = act_dtype;
     cpu::rope(a);
   };
   rope(q.data(), Hq);
   rope(k.data(), Hk);
   round_act(q.data(), T * qn);
   round_act(k.data(), T * kn);
+  emit("q_rope", layer, q.data(), T, qn);
+  emit("k_rope", layer, k.data(), T, kn);
   for (std::int64_t t = 0; t < T; ++t)
     cpu::paged_kv_write(views[item_of[t]], pos[t], k.data() + t * kn, v.data() + t * kn);
   const float scale = style.attn_scale > 0 ? style.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
@@ -215,20 +247,27 @@ void Decoder::attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
     for (std::int64_t i = b; i < e; ++i) {
       const std::int64_t t = i / Hk;
       const int g = static_cast<int>(i % Hk);
-      cpu::paged_attention(q.data() + t * qn, Hq, views[item_of[t]], pos[t], L.window, scale,
-                           att.data() + t * qn, g * group, (g + 1) * group);
+      if (numerics_ == Numerics::kMlx)
+        cpu::paged_attention_mlx(q.data() + t * qn, Hq, views[item_of[t]], pos[t], L.window,
+                                 scale, act_dtype, att.data() + t * qn, g * group,
+                                 (g + 1) * group);
+      else
+        cpu::paged_attention(q.data() + t * qn, Hq, views[item_of[t]], pos[t], L.window, scale,
+                             att.data() + t * qn, g * group, (g + 1) * group);
     }
   });
   round_act(att.data(), T * qn);
-  L.o.forward(att.data(), T, out);
+  emit("attn", layer, att.data(), T, qn);
+  L.o.forward(att.data(), T, out, numerics_, act_dtype);
   round_act(out, T * c.hidden_size);
+  emit("o", layer, out, T, c.hidden_size);
 }
 
 void Decoder::moe_forward(const Moe& m, const float* xn, std::int64_t T, float* out) {
   const std::int64_t H = config_.hidden_size, E = static_cast<std::int64_t>(m.gate.size());
   const std::int64_t I = m.gate.empty() ? 0 : m.gate[0].out();
   std::vector<float> gates(static_cast<std::size_t>(T * E));
-  m.router.forward(xn, T, gates.data());
+  m.router.forward(xn, T, gates.data(), numerics_, act_dtype);
   round_act(gates.data(), T * E);
   // Route: softmax in fp32 (precise), top-k experts, optional renormalization (mlx-lm qwen3_moe).
   std::vector<std::vector<std::pair<std::int64_t, float>>> per_expert(static_cast<std::size_t>(E));
@@ -261,16 +300,13 @@ void Decoder::moe_forward(const Moe& m, const float* xn, std::int64_t T, float* 
     for (std::int64_t r = 0; r < n; ++r) std::copy(xn + rows[r].first * H, xn + (rows[r].first + 1) * H, xs.data() + r * H);
     a.resize(static_cast<std::size_t>(n * I));
     b.resize(static_cast<std::size_t>(n * I));
-    m.gate[e].forward(xs.data(), n, a.data());
-    m.up[e].forward(xs.data(), n, b.data());
+    m.gate[e].forward(xs.data(), n, a.data(), numerics_, act_dtype);
+    m.up[e].forward(xs.data(), n, b.data(), numerics_, act_dtype);
     round_act(a.data(), n * I);
     round_act(b.data(), n * I);
-    for (std::int64_t i = 0; i < n * I; ++i) a[i] = activate(Activation::kSilu, a[i]);
-    round_act(a.data(), n * I);
-    for (std::int64_t i = 0; i < n * I; ++i) a[i] *= b[i];
-    round_act(a.data(), n * I);
+    gated_activation(Activation::kSilu, a.data(), b.data(), n * I);
     y.resize(static_cast<std::size_t>(n * H));
-    m.down[e].forward(a.data(), n, y.data());
+    m.down[e].forward(a.data(), n, y.data(), numerics_, act_dtype);
     round_act(y.data(), n * H);
     for (std::int64_t r = 0; r < n; ++r) {
       float* o = out + rows[r].first * H;
@@ -279,29 +315,31 @@ void Decoder::moe_forward(const Moe& m, const float* xn, std::int64_t T, float* 
   }
 }
 
-void Decoder::feed_forward(const DecoderLayer& L, const float* xn, std::int64_t T, float* out) {
+void Decoder::feed_forward(const DecoderLayer& L, int layer, const float* xn, std::int64_t T,
+                           float* out) {
   if (L.moe) return moe_forward(*L.moe, xn, T, out);
   const std::int64_t I = L.down.in();
   std::vector<float> g(static_cast<std::size_t>(T * I)), u(static_cast<std::size_t>(T * I));
   if (L.gate_up.out() > 0) {
     std::vector<float> gu(static_cast<std::size_t>(T * 2 * I));
-    L.gate_up.forward(xn, T, gu.data());
+    L.gate_up.forward(xn, T, gu.data(), numerics_, act_dtype);
     for (std::int64_t t = 0; t < T; ++t) {
       std::copy(gu.data() + t * 2 * I, gu.data() + t * 2 * I + I, g.data() + t * I);
       std::copy(gu.data() + t * 2 * I + I, gu.data() + (t + 1) * 2 * I, u.data() + t * I);
     }
   } else {
-    L.gate.forward(xn, T, g.data());
-    L.up.forward(xn, T, u.data());
+    L.gate.forward(xn, T, g.data(), numerics_, act_dtype);
+    L.up.forward(xn, T, u.data(), numerics_, act_dtype);
   }
   round_act(g.data(), T * I);
   round_act(u.data(), T * I);
-  for (std::int64_t i = 0; i < T * I; ++i) g[i] = activate(style.activation, g[i]);
-  round_act(g.data(), T * I);
-  for (std::int64_t i = 0; i < T * I; ++i) g[i] *= u[i];
-  round_act(g.data(), T * I);
-  L.down.forward(g.data(), T, out);
+  emit("gate", layer, g.data(), T, I);
+  emit("up", layer, u.data(), T, I);
+  gated_activation(style.activation, g.data(), u.data(), T * I);
+  emit("act", layer, g.data(), T, I);
+  L.down.forward(g.data(), T, out, numerics_, act_dtype);
   round_act(out, T * config_.hidden_size);
+  emit("down", layer, out, T, config_.hidden_size);
 }
 
 void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>>& logits) {
@@ -329,25 +367,31 @@ void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>
     for (auto& x : h) x *= s;
     round_act(h.data(), T * D);
   }
+  emit("embed", -1, h.data(), T, D);
   for (std::size_t l = 0; l < layers.size(); ++l) {
     DecoderLayer& L = layers[l];
+    const int li = static_cast<int>(l);
     L.input_norm.apply(h.data(), T, D, xn.data());
+    emit("attn_norm", li, xn.data(), T, D);
     attention(L, static_cast<int>(l), batch, pos, item_of, xn.data(), T, tmp.data());
     if (style.sandwich_norms) {
       L.post_attn_norm.apply(tmp.data(), T, D, tmp.data());
       for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
       round_act(h.data(), T * D);
       L.pre_ff_norm.apply(h.data(), T, D, xn.data());
-      feed_forward(L, xn.data(), T, tmp.data());
+      emit("ffn_norm", li, xn.data(), T, D);
+      feed_forward(L, li, xn.data(), T, tmp.data());
       L.post_ff_norm.apply(tmp.data(), T, D, tmp.data());
     } else {
       for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
       round_act(h.data(), T * D);
       L.post_attn_norm.apply(h.data(), T, D, xn.data());
-      feed_forward(L, xn.data(), T, tmp.data());
+      emit("ffn_norm", li, xn.data(), T, D);
+      feed_forward(L, li, xn.data(), T, tmp.data());
     }
     for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
     round_act(h.data(), T * D);
+    emit("h", li, h.data(), T, D);
   }
   // Final norm and the output projection, only for the rows whose logits are wanted, in one
   // call for the whole step so the (often largest) output matrix is read once.
@@ -367,9 +411,11 @@ void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>
     at += count[i];
   }
   final_norm.apply(picked.data(), rows, D, normed.data());
+  emit("final_norm", -1, normed.data(), rows, D);
   std::vector<float> all(static_cast<std::size_t>(rows * V));
-  (lm_head ? *lm_head : embed).forward(normed.data(), rows, all.data());
+  (lm_head ? *lm_head : embed).forward(normed.data(), rows, all.data(), numerics_, act_dtype);
   round_act(all.data(), rows * V);
+  emit("logits", -1, all.data(), rows, V);
   logits.assign(batch.size(), {});
   at = 0;
   for (std::size_t i = 0; i < batch.size(); ++i) {

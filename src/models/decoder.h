@@ -70,7 +70,11 @@ class Decoder final : public Model {
   void attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
                  const std::vector<std::int64_t>& pos, const std::vector<int>& item_of,
                  const float* xn, std::int64_t T, float* out);
-  void feed_forward(const DecoderLayer& L, const float* xn, std::int64_t T, float* out);
+  void feed_forward(const DecoderLayer& L, int layer, const float* xn, std::int64_t T, float* out);
+  // g = act(g) * u, rounded as the numerics mode says.
+  void gated_activation(Activation a, float* g, const float* u, std::int64_t n) const;
+  void emit(const char* name, int layer, const float* data, std::int64_t rows,
+            std::int64_t cols) const;
   void moe_forward(const Moe& m, const float* xn, std::int64_t T, float* out);
 
   DType kv_dtype_ = DType::kF32;

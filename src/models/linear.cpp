@@ -5,6 +5,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/qmatmul.h"
+#include "backend/cpu/mlx_matmul.h"
 #include "core/error.h"
 #include "quant/qmm.h"
 #include "quant/quantize.h"
@@ -84,7 +85,8 @@ std::size_t Linear::weight_bytes() const {
   return b;
 }
 
-void Linear::forward(const float* x, std::int64_t m, float* y) const {
+void Linear::forward(const float* x, std::int64_t m, float* y, Numerics numerics,
+                     DType act) const {
   if (m <= 0 || out_ == 0) return;
   std::vector<float> bias32;
   if (bias_.defined()) bias32 = bias_.to_f32();
@@ -99,7 +101,22 @@ void Linear::forward(const float* x, std::int64_t m, float* y) const {
     q.group_size = quant_->group_size;
     q.n = out_;
     q.k = in_;
+    if (numerics == Numerics::kMlx) {
+      // MLX adds the bias as a separate op on the T-valued product; the caller rounds.
+      cpu::qmatmul_mlx(q, x, m, act, y);
+      if (!bias32.empty())
+        for (std::int64_t i = 0; i < m; ++i)
+          for (std::int64_t n = 0; n < out_; ++n) y[i * out_ + n] += bias32[n];
+      return;
+    }
     cpu::qmatmul(q, x, m, bias32.empty() ? nullptr : bias32.data(), y);
+    return;
+  }
+  if (numerics == Numerics::kMlx) {
+    cpu::matmul_mlx(x, m, weight_.raw(), weight_.dtype(), out_, in_, y);
+    if (!bias32.empty())
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t n = 0; n < out_; ++n) y[i * out_ + n] += bias32[n];
     return;
   }
   cpu::MatmulArgs a;

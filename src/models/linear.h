@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "models/model.h"
 #include "models/weights.h"
 #include "quant/quant_params.h"
 
@@ -27,7 +28,10 @@ class Linear {
   static Linear from_tensors(std::string name, Tensor weight, Tensor scales, Tensor biases,
                              std::optional<QuantParams> quant, std::int64_t in, std::int64_t out);
 
-  void forward(const float* x, std::int64_t m, float* y) const;
+  // `act` is the activation dtype x holds; with Numerics::kMlx a quantized layer reproduces
+  // MLX's CPU accumulation in that dtype (otherwise fp32).
+  void forward(const float* x, std::int64_t m, float* y, Numerics numerics = Numerics::kFast,
+               DType act = DType::kF32) const;
   // Rows of the table (embedding lookup), dequantized exactly like mx.dequantize then widened.
   void gather_rows(const std::int32_t* ids, std::int64_t n, float* out) const;
 

@@ -10,7 +10,7 @@
 
 namespace mlxcel::models {
 
-LoadedModel load_model(const std::string& dir, BackendKind backend) {
+LoadedModel load_model(const std::string& dir, const LoadOptions& options) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir))
     throw_error(ErrorCategory::kBadInput,
@@ -36,8 +36,9 @@ LoadedModel load_model(const std::string& dir, BackendKind backend) {
   }
   std::sort(lm.eos_ids.begin(), lm.eos_ids.end());
   lm.eos_ids.erase(std::unique(lm.eos_ids.begin(), lm.eos_ids.end()), lm.eos_ids.end());
-  lm.weights = std::make_unique<CheckpointWeights>(dir, backend);
+  lm.weights = std::make_unique<CheckpointWeights>(dir, options.backend);
   lm.model = build_model(cfg, *lm.weights);
+  lm.model->set_numerics(options.numerics);
   LOG_INFO("loaded " << cfg.model_type << " from " << dir << ": "
                      << (lm.model->weight_bytes() >> 20) << " MiB of weights");
   return lm;

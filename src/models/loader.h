@@ -18,7 +18,12 @@ struct LoadedModel {
   std::string dir;
 };
 
+struct LoadOptions {
+  BackendKind backend = BackendKind::kCpu;
+  Numerics numerics = Numerics::kFast;
+};
+
 // Throws bad_input for a missing folder or file, unsupported for an unknown model_type.
-LoadedModel load_model(const std::string& dir, BackendKind backend = BackendKind::kCpu);
+LoadedModel load_model(const std::string& dir, const LoadOptions& options = {});
 
 }  // namespace mlxcel::models

@@ -17,6 +17,8 @@ KvCacheConfig Model::kv_config(std::int64_t num_blocks, int block_size, DType dt
   return k;
 }
 
+const char* numerics_name(Numerics n) { return n == Numerics::kMlx ? "mlx" : "fast"; }
+
 namespace {
 std::unique_ptr<Model> build_family(const ModelConfig& c, const WeightSource& w) {
   switch (c.family) {

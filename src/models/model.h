@@ -4,6 +4,7 @@
 // in one step; the dense layers see all tokens of the step at once, so each weight is read once
 // per step).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -13,6 +14,13 @@
 #include "models/kv_cache.h"
 
 namespace mlxcel::models {
+
+// How the CPU kernels round. kFast accumulates every matmul in fp32 (what MLX's Metal and CUDA
+// backends do); kMlx reproduces MLX's CPU backend bit for bit, whose quantized matmul
+// accumulates in the activation dtype (backend/cpu/mlx_matmul.h). Activations are rounded to
+// the checkpoint's dtype where MLX materializes them in both modes.
+enum class Numerics : std::uint8_t { kFast = 0, kMlx = 1 };
+const char* numerics_name(Numerics n);
 
 struct BatchItem {
   SequenceKv* kv = nullptr;
@@ -37,9 +45,20 @@ class Model {
   // average share of active experts), the numerator of the decode bandwidth ceiling.
   virtual std::size_t decode_bytes_per_token() const = 0;
 
+  // Debugging aid (`mlxcel trace --dump`): when set, called with every named intermediate of a
+  // forward step (rows x cols fp32, one row per token of the step; layer -1 for model-level
+  // tensors). Names follow scripts/layer_diff.py.
+  using Tap = std::function<void(const char* name, int layer, const float* data,
+                                 std::int64_t rows, std::int64_t cols)>;
+  Tap tap;
+
+  Numerics numerics() const { return numerics_; }
+  void set_numerics(Numerics n) { numerics_ = n; }
+
  protected:
   explicit Model(ModelConfig c) : config_(std::move(c)) {}
   ModelConfig config_;
+  Numerics numerics_ = Numerics::kFast;
 };
 
 // Builds the model of `config.family` from `weights`; throws bad_input for missing or

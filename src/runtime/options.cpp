@@ -58,6 +58,23 @@ bool parse_sampling_flag(const std::vector<std::string>& args, std::size_t& i, S
   return true;
 }
 
+bool parse_load_flag(const std::vector<std::string>& args, std::size_t& i,
+                     models::LoadOptions& o) {
+  const std::string& a = args[i];
+  if (a != "--numerics") return false;
+  if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, a + " needs a value (fast or mlx)");
+  const std::string& v = args[++i];
+  if (v == "fast") o.numerics = models::Numerics::kFast;
+  else if (v == "mlx") o.numerics = models::Numerics::kMlx;
+  else throw_error(ErrorCategory::kBadInput, "--numerics must be fast or mlx, got '" + v + "'");
+  return true;
+}
+
+const char* load_flags_help() {
+  return "  --numerics fast|mlx    fast: fp32 accumulation (default); mlx: reproduce MLX's CPU\n"
+         "                         backend bit for bit (quantized matmuls accumulate in bf16/f16)\n";
+}
+
 const char* sampling_flags_help() {
   return "sampling:\n"
          "  --temp T               temperature (0 = greedy)\n"

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "models/loader.h"
 #include "runtime/sampler.h"
 
 namespace mlxcel::runtime {
@@ -15,6 +16,11 @@ namespace mlxcel::runtime {
 //   --repeat-last-n N  --presence-penalty X  --frequency-penalty X
 bool parse_sampling_flag(const std::vector<std::string>& args, std::size_t& i, SamplingParams& p);
 const char* sampling_flags_help();
+
+// Consumes a model-loading flag at args[i] (`--numerics fast|mlx`) like parse_sampling_flag.
+bool parse_load_flag(const std::vector<std::string>& args, std::size_t& i,
+                     models::LoadOptions& o);
+const char* load_flags_help();
 
 // Typed value helpers with errors that name the flag.
 std::int64_t parse_int_flag(const std::string& flag, const std::string& value, std::int64_t lo,

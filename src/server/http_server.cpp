@@ -267,7 +267,8 @@ const char* server_help() {
          "  --api-key-file FILE      read the key from FILE\n"
          "  --cors-origins LIST      comma-separated allowed origins ('*' for any)\n"
          "  --no-metrics             disable GET /metrics\n"
-         "  --max-body-bytes N       largest request body (default 8 MiB)\n";
+         "  --max-body-bytes N       largest request body (default 8 MiB)\n"
+         "  --numerics fast|mlx      fast: fp32 accumulation (default); mlx: MLX CPU bit for bit\n";
 }
 
 ServerOptions parse_server_args(const std::vector<std::string>& args) {
@@ -279,6 +280,7 @@ ServerOptions parse_server_args(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, a + " needs a value");
       return args[++i];
     };
+    if (runtime::parse_load_flag(args, i, o.load)) continue;
     if (a == "-m" || a == "--model") o.model_dir = value();
     else if (a == "--alias") o.model_id = value();
     else if (a == "--host") o.host = value();
@@ -450,7 +452,7 @@ int run_server(const ServerOptions& opts) {
   std::signal(SIGTERM, on_signal);
   std::fprintf(stderr, "mlxcel-server: loading %s\n", opts.model_dir.c_str());
   try {
-    s.lm = models::load_model(opts.model_dir);
+    s.lm = models::load_model(opts.model_dir, opts.load);
     s.fmt = std::make_unique<runtime::ChatFormatter>(runtime::ChatFormatter::load(opts.model_dir));
     EngineOptions eo;
     eo.parallel = opts.parallel;

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "models/loader.h"
+
 namespace mlxcel::server {
 
 struct ServerOptions {
@@ -21,6 +23,7 @@ struct ServerOptions {
   bool metrics = true;
   std::size_t max_body_bytes = 8u << 20;
   std::int64_t prefill_chunk = 256;
+  models::LoadOptions load;
 };
 
 // Parses server flags (llama-server style); throws bad_input for unknown or malformed ones.

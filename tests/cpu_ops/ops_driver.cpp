@@ -27,11 +27,11 @@
 #include "backend/cpu/rope.h"
 #include "backend/cpu/softmax.h"
 #include "core/error.h"
-#include "npy.h"
+#include "io/npy.h"
 
 using namespace mlxcel;
 using namespace mlxcel::cpu;
-using mlxcel::test::NpyArray;
+using mlxcel::io::NpyArray;
 
 namespace {
 
@@ -87,7 +87,7 @@ int run(const Args& a) {
   CpuIsa isa = active_isa();
   if (a.kv.count("isa")) isa = resolve_isa(a.get("isa", "").c_str(), cpu_features());
   std::vector<NpyArray> in;
-  for (const auto& p : a.inputs) in.push_back(test::npy_load(p));
+  for (const auto& p : a.inputs) in.push_back(io::npy_load(p));
   auto need = [&](std::size_t n) {
     MLXCEL_CHECK(in.size() >= n, ErrorCategory::kBadInput, "ops_driver " + a.op + ": needs " +
                                                                std::to_string(n) + " inputs");
@@ -104,7 +104,7 @@ int run(const Args& a) {
     ma.bias = b.empty() ? nullptr : b.data(); ma.y = y.data(); ma.y_dtype = t;
     ma.m = m; ma.n = n; ma.k = k;
     matmul(ma, isa);
-    test::npy_save_f32(a.out, from_dtype(y, t), {m, n});
+    io::npy_save_f32(a.out, from_dtype(y, t), {m, n});
   } else if (a.op == "softmax") {
     need(1);
     const std::int64_t r = in[0].shape[0], c = in[0].shape[1];
@@ -114,7 +114,7 @@ int run(const Args& a) {
     sa.x = x.data(); sa.y = y.data(); sa.dtype = t; sa.rows = r; sa.cols = c;
     if (in.size() > 1) { sa.mask = in[1].f32.data(); sa.mask_row_stride = c; }
     softmax(sa, isa);
-    test::npy_save_f32(a.out, from_dtype(y, t), {r, c});
+    io::npy_save_f32(a.out, from_dtype(y, t), {r, c});
   } else if (a.op == "rope") {
     need(1);
     const auto& s = in[0].shape;
@@ -128,7 +128,7 @@ int run(const Args& a) {
     ra.input_scale = a.f("input_scale", 1.0f);
     if (in.size() > 1) ra.freqs = in[1].f32.data();
     rope(ra, isa);
-    test::npy_save_f32(a.out, from_dtype(y, t), s);
+    io::npy_save_f32(a.out, from_dtype(y, t), s);
   } else if (a.op == "rope_freqs") {
     const std::string type = a.get("type", "default");
     const std::int64_t dims = a.i("dims", 64);
@@ -152,7 +152,7 @@ int run(const Args& a) {
       throw_error(ErrorCategory::kBadInput, "ops_driver: rope type " + type);
     }
     std::printf("input_scale=%.9g\n", static_cast<double>(input_scale));
-    test::npy_save_f32(a.out, f, {static_cast<std::int64_t>(f.size())});
+    io::npy_save_f32(a.out, f, {static_cast<std::int64_t>(f.size())});
   } else if (a.op == "attention") {
     need(3);
     const auto& qs = in[0].shape;
@@ -171,7 +171,7 @@ int run(const Args& a) {
     aa.causal = a.i("causal", 1) != 0;
     aa.scale = a.f("scale", 1.0f);
     attention(aa, isa);
-    test::npy_save_f32(a.out, from_dtype(o, t), qs);
+    io::npy_save_f32(a.out, from_dtype(o, t), qs);
   } else if (a.op == "act" || a.op == "gated") {
     need(a.op == "act" ? 1 : 2);
     const ActKind kind = parse_kind(a.get("kind", "silu"));
@@ -183,7 +183,7 @@ int run(const Args& a) {
       auto u = to_dtype(in[1].f32, t);
       gated_activation(kind, x.data(), u.data(), y.data(), t, in[0].numel(), isa);
     }
-    test::npy_save_f32(a.out, from_dtype(y, t), in[0].shape);
+    io::npy_save_f32(a.out, from_dtype(y, t), in[0].shape);
   } else {
     throw_error(ErrorCategory::kBadInput, "ops_driver: unknown op " + a.op);
   }

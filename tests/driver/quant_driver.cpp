@@ -7,6 +7,8 @@
 //   convert     IN{weight,scales[,biases]}                 -> OUT{weight,scales[,biases],w} (to_mode= to_bits= to_gs=)
 //   fp8         IN{weight,scale_inv}                       -> OUT{w,weight,scales} (block=128)
 //   awq         IN{qweight,scales[,qzeros]}                -> OUT{weight,scales,biases} (gs=)
+//   qmm_cpu     IN{x,weight,scales[,biases]}               -> OUT{y}  the CPU backend's
+//               quantized linear (transpose=True): numerics=fast|mlx isa=scalar|avx2; y in x's dtype
 //   dump        DIR OUT: every tensor of the checkpoint, as loaded by mlxcel
 // Quantization parameters: mode= bits= gs= (unset: the mode's defaults).
 #include <cstdio>
@@ -14,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/qmatmul.h"
+#include "backend/cpu/mlx_matmul.h"
 #include "core/error.h"
 #include "io/quant_plan.h"
 #include "io/safetensors.h"
@@ -87,6 +91,30 @@ int main(int argc, char** argv) {
       res = {{"w", dequantize(f->tensor("weight"), f->tensor("scales"), bp, p, dt, global_scale(*f))}};
     } else if (op == "qmm") {
       res = {{"y", quantized_matmul(f->tensor("x"), f->tensor("weight"), f->tensor("scales"), bp, transpose, p)}};
+    } else if (op == "qmm_cpu") {
+      Tensor x = f->tensor("x"), w = f->tensor("weight").contiguous(), s = f->tensor("scales").contiguous();
+      if (biases.defined()) biases = biases.contiguous();
+      const std::int64_t k = x.dim(-1), m = x.numel() / k, n = w.dim(0);
+      cpu::QWeight q;
+      q.w = static_cast<const std::uint32_t*>(w.raw());
+      q.scales = s.raw();
+      q.scales_dtype = s.dtype();
+      q.biases = biases.defined() ? biases.raw() : nullptr;
+      q.mode = static_cast<cpu::QMode>(p.mode);
+      q.bits = p.bits;
+      q.group_size = p.group_size;
+      q.n = n;
+      q.k = k;
+      const cpu::CpuIsa isa = kv.count("isa") ? cpu::resolve_isa(kv.at("isa").c_str(), cpu::cpu_features())
+                                              : cpu::active_isa();
+      std::vector<float> x32 = x.contiguous().to_f32(), y(static_cast<std::size_t>(m * n));
+      if (kv.count("numerics") && kv.at("numerics") == "mlx") cpu::qmatmul_mlx(q, x32.data(), m, x.dtype(), y.data(), isa);
+      else cpu::qmatmul(q, x32.data(), m, nullptr, y.data(), isa);
+      Shape ys = x.shape();
+      ys.back() = n;
+      Tensor yt = Tensor::empty(x.dtype(), ys);
+      for (std::int64_t i = 0; i < m * n; ++i) quant::store_float(yt.raw(), x.dtype(), i, y[static_cast<std::size_t>(i)]);
+      res = {{"y", yt}};
     } else if (op == "gather_qmm") {
       Tensor l, r;
       if (f->has("lhs_indices")) l = f->tensor("lhs_indices");

@@ -70,24 +70,26 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::string model_dir, csv;
   std::int64_t pp = 512, tg = 128;
   int repeats = 3;
+  models::LoadOptions load;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, a + " needs a value");
       return args[++i];
     };
+    if (runtime::parse_load_flag(args, i, load)) continue;
     if (a == "-m" || a == "--model") model_dir = value();
     else if (a == "-p" || a == "--n-prompt") pp = runtime::parse_int_flag(a, value(), 1, 1 << 20);
     else if (a == "-n" || a == "--n-gen") tg = runtime::parse_int_flag(a, value(), 1, 1 << 20);
     else if (a == "-r" || a == "--repeats") repeats = static_cast<int>(runtime::parse_int_flag(a, value(), 1, 100));
     else if (a == "--csv") csv = value();
     else if (a == "-h" || a == "--help") {
-      std::printf("usage: mlxcel bench -m MODEL_DIR [-p 512] [-n 128] [-r 3] [--csv FILE]\n");
+      std::printf("usage: mlxcel bench -m MODEL_DIR [-p 512] [-n 128] [-r 3] [--csv FILE] [--numerics fast|mlx]\n");
       return 0;
     } else throw_error(ErrorCategory::kBadInput, "unknown option " + a);
   }
   if (model_dir.empty()) throw_error(ErrorCategory::kBadInput, "a model folder is required (-m DIR)");
-  auto lm = models::load_model(model_dir);
+  auto lm = models::load_model(model_dir, load);
   auto& model = *lm.model;
   const auto& cfg = model.config();
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -30,6 +30,7 @@ struct GenArgs {
   bool no_chat_template = false, show_reasoning = false, ignore_eos = false, quiet = false;
   std::vector<std::string> stop;
   runtime::SamplingParams sampling;
+  models::LoadOptions load;
 };
 
 void print_help(bool repl) {
@@ -49,8 +50,8 @@ void print_help(bool repl) {
       "  --ctx-size N           context length (default: the model's)\n"
       "  --output-ids FILE      write the prompt and generated token ids as JSON\n"
       "  --prompt-ids FILE      use the token ids in FILE (a JSON array) as the prompt\n"
-      "%s",
-      repl ? "" : "  -p, --prompt TEXT      prompt ('-' reads stdin; \\n and \\t are unescaped)\n",
+      "%s%s",
+      runtime::load_flags_help(), repl ? "" : "  -p, --prompt TEXT      prompt ('-' reads stdin; \\n and \\t are unescaped)\n",
       runtime::sampling_flags_help());
 }
 
@@ -63,6 +64,7 @@ GenArgs parse(const std::vector<std::string>& args, bool repl) {
       return args[++i];
     };
     if (runtime::parse_sampling_flag(args, i, g.sampling)) continue;
+    if (runtime::parse_load_flag(args, i, g.load)) continue;
     if (a == "-m" || a == "--model") g.model = value();
     else if (!repl && (a == "-p" || a == "--prompt")) g.prompt = value();
     else if (a == "-n" || a == "--max-tokens") g.max_tokens = runtime::parse_int_flag(a, value(), 1, 1 << 30);
@@ -115,7 +117,7 @@ struct Engine {
 
 Engine open_engine(const GenArgs& g) {
   auto fmt = runtime::ChatFormatter::load(g.model);
-  Engine e{models::load_model(g.model), std::move(fmt), nullptr, 0};
+  Engine e{models::load_model(g.model, g.load), std::move(fmt), nullptr, 0};
   std::int64_t model_ctx = e.lm.model->config().context_length();
   e.ctx = g.ctx_size > 0 ? g.ctx_size : (model_ctx > 0 ? std::min<std::int64_t>(model_ctx, 32768) : 4096);
   e.pool = std::make_unique<models::KvBlockPool>(

@@ -6,6 +6,7 @@
 //   w256 chunks of 256 (prefill-shaped)
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -15,8 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/npy.h"
 #include "models/loader.h"
 #include "runtime/generator.h"
+#include "runtime/options.h"
 #include "tools/cli/command.h"
 
 namespace mlxcel::cli {
@@ -24,24 +27,30 @@ namespace {
 
 int usage() {
   std::printf(
-      "usage: mlxcel trace -m MODEL_DIR --tokens IDS.json [--width w1|w8|w256] [--top-k K] -o OUT.json\n"
+      "usage: mlxcel trace -m MODEL_DIR --tokens IDS.json [--width w1|w8|w256] [--top-k K]\n"
+      "                    [--numerics fast|mlx] [--dump DIR] -o OUT.json\n"
+      "  --dump DIR: also write every named intermediate of every forward step as\n"
+      "  DIR/<step>.<layer>.<name>.npy (fp32), for scripts/layer_diff.py.\n"
       "  IDS.json: a JSON array of token ids (or {\"tokens\": [...]}).\n");
   return 2;
 }
 
 int cmd_trace(const std::vector<std::string>& args) {
-  std::string model_dir, tokens_path, out_path, width = "w1";
+  std::string model_dir, tokens_path, out_path, width = "w1", dump_dir;
   int top_k = 8;
+  models::LoadOptions load;
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto next = [&]() -> std::string {
       if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, args[i] + " needs a value");
       return args[++i];
     };
+    if (runtime::parse_load_flag(args, i, load)) continue;
     if (args[i] == "-m" || args[i] == "--model") model_dir = next();
     else if (args[i] == "--tokens") tokens_path = next();
     else if (args[i] == "-o" || args[i] == "--output") out_path = next();
     else if (args[i] == "--width") width = next();
-    else if (args[i] == "--top-k") top_k = std::stoi(next());
+    else if (args[i] == "--dump") dump_dir = next();
+    else if (args[i] == "--top-k") top_k = static_cast<int>(runtime::parse_int_flag("--top-k", next(), 1, 1 << 20));
     else if (args[i] == "-h" || args[i] == "--help") return usage(), 0;
     else throw_error(ErrorCategory::kBadInput, "trace: unknown option " + args[i]);
   }
@@ -57,8 +66,18 @@ int cmd_trace(const std::vector<std::string>& args) {
   if (!j.is_array() || j.empty()) throw_error(ErrorCategory::kBadInput, tokens_path + ": not a JSON array of token ids");
   std::vector<std::int32_t> tokens = j.get<std::vector<std::int32_t>>();
 
-  auto lm = models::load_model(model_dir);
+  auto lm = models::load_model(model_dir, load);
   auto& model = *lm.model;
+  int forward_no = 0;
+  if (!dump_dir.empty()) {
+    std::filesystem::create_directories(dump_dir);
+    model.tap = [&](const char* name, int layer, const float* data, std::int64_t rows,
+                    std::int64_t cols) {
+      char file[256];
+      std::snprintf(file, sizeof file, "/%03d.%d.%s.npy", forward_no, layer, name);
+      io::npy_save_f32(dump_dir + file, std::vector<float>(data, data + rows * cols), {rows, cols});
+    };
+  }
   const std::int64_t n = static_cast<std::int64_t>(tokens.size());
   models::KvBlockPool pool(model.kv_config(runtime::blocks_for(n + 1, 32), 32));
   models::SequenceKv kv(pool);
@@ -81,6 +100,7 @@ int cmd_trace(const std::vector<std::string>& args) {
     std::vector<models::BatchItem> batch = {
         {&kv, std::span<const std::int32_t>(tokens).subspan(b, e - b), true}};
     model.forward(batch, logits);
+    ++forward_no;
     for (std::int64_t r = 0; r < e - b; ++r) {
       const float* row = logits[0].data() + r * V;
       std::iota(idx.begin(), idx.end(), 0);

@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/mlx_compat.h"
+
 namespace mlxcel::cpu {
 namespace {
 
@@ -73,6 +75,49 @@ void paged_attention(const float* q, int n_heads, const PagedKv& kv, std::int64_
     float* oh = out + static_cast<std::int64_t>(h) * kv.v_dim;
     const float inv = l > 0 ? 1.0f / l : 0.0f;
     for (int d = 0; d < kv.v_dim; ++d) oh[d] = acc[d] * inv;
+  }
+}
+
+void paged_attention_mlx(const float* q, int n_heads, const PagedKv& kv, std::int64_t pos,
+                         std::int64_t window, float scale, DType t, float* out, int head_begin,
+                         int head_end, const std::int64_t* order, std::int64_t order_len) {
+  using mlx_compat::round_to;
+  const int group = n_heads / kv.n_kv_heads;
+  const std::int64_t first = window > 0 ? std::max<std::int64_t>(0, pos - window + 1) : 0;
+  std::vector<std::int64_t> keys;
+  if (order) keys.assign(order, order + order_len);
+  else
+    for (std::int64_t j = first; j <= pos; ++j) keys.push_back(j);
+  const std::size_t n = keys.size();
+  std::vector<float> qs(static_cast<std::size_t>(kv.head_dim)), s(n), o(static_cast<std::size_t>(kv.v_dim));
+  const float sc = round_to(t, scale);
+  auto row = [&](const void* const* blocks, int dim, std::int64_t j, int g, int d) {
+    const std::int64_t blk = j / kv.block_size, off = j % kv.block_size;
+    return load(blocks[blk], kv.dtype, (static_cast<std::int64_t>(g) * kv.block_size + off) * dim + d);
+  };
+  for (int h = head_begin; h < head_end; ++h) {
+    const int g = h / group;
+    const float* qh = q + static_cast<std::int64_t>(h) * kv.head_dim;
+    for (int d = 0; d < kv.head_dim; ++d) qs[d] = round_to(t, qh[d] * sc);
+    float m = -std::numeric_limits<float>::infinity();
+    for (std::size_t i = 0; i < n; ++i) {
+      float dot = 0.0f;
+      for (int d = 0; d < kv.head_dim; ++d) dot = dot + qs[d] * row(kv.k_blocks, kv.head_dim, keys[i], g, d);
+      s[i] = round_to(t, dot);
+      m = std::max(m, s[i]);
+    }
+    float z = 0.0f;
+    for (std::size_t i = 0; i < n; ++i) {
+      s[i] = mlx_compat::exp(s[i] - m);
+      z = z + s[i];
+    }
+    const float inv = 1.0f / z;
+    for (std::size_t i = 0; i < n; ++i) s[i] = round_to(t, s[i] * inv);
+    std::fill(o.begin(), o.end(), 0.0f);
+    for (std::size_t i = 0; i < n; ++i)
+      for (int d = 0; d < kv.v_dim; ++d) o[d] = o[d] + s[i] * row(kv.v_blocks, kv.v_dim, keys[i], g, d);
+    float* oh = out + static_cast<std::int64_t>(h) * kv.v_dim;
+    for (int d = 0; d < kv.v_dim; ++d) oh[d] = round_to(t, o[d]);
   }
 }
 

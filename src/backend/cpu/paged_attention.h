@@ -26,6 +26,17 @@ void paged_attention(const float* q, int n_heads, const PagedKv& kv, std::int64_
                      std::int64_t window, float scale, float* out, int head_begin = 0,
                      int head_end = -1);
 
+// The same attention with MLX's CPU arithmetic for `--numerics mlx` (mx.fast.
+// scaled_dot_product_attention falls back to ops there): q is scaled by the scale rounded to t,
+// each score is a sequential fp32 dot product rounded to t, the softmax is fp32 (MLX's exp,
+// sequential normalizer, multiplied by its reciprocal) rounded to t, and each output element is
+// a sequential fp32 sum over the keys rounded to t. Keys are visited in `order` when given (the
+// slot order of mlx-lm's rotating cache for sliding windows), else in position order.
+void paged_attention_mlx(const float* q, int n_heads, const PagedKv& kv, std::int64_t pos,
+                         std::int64_t window, float scale, DType t, float* out, int head_begin,
+                         int head_end, const std::int64_t* order = nullptr,
+                         std::int64_t order_len = 0);
+
 // Writes one token's K and V rows ([n_kv_heads, head_dim], [n_kv_heads, v_dim], fp32) into its
 // slot, converting to the cache dtype.
 void paged_kv_write(const PagedKv& kv, std::int64_t pos, const float* k, const float* v);

@@ -45,21 +45,43 @@ float position(const RopeArgs& a, std::int64_t row) {
   return static_cast<float>(p) * a.scale;
 }
 
+float round_half(DType t, float v) {
+  switch (t) {
+    case DType::kBF16: return bf16(v).to_float();
+    case DType::kF16: return f16(v).to_float();
+    default: return v;
+  }
+}
+
 template <typename T>
 void apply_row(const RopeArgs& a, const T* x, T* y, const float* cs, const float* sn) {
   const std::int64_t half = a.dims / 2;
   const float in = a.input_scale;
-  if (a.traditional) {
+  const std::int64_t stride = a.traditional ? 1 : half;  // partner of element i
+  auto index = [&](std::int64_t i) { return a.traditional ? 2 * i : i; };
+  if (a.mlx_rounding != DType::kF32) {
+    // MLX CPU, half inputs: the input scale is its own op (scalar taking the dtype), cos/sin are
+    // rounded, then each product and each sum.
+    const DType t = a.mlx_rounding;
+    const float ins = round_half(t, in);
+    auto r = [t](float v) { return round_half(t, v); };
     for (std::int64_t i = 0; i < half; ++i) {
-      const float x1 = to_f32(x[2 * i]) * in, x2 = to_f32(x[2 * i + 1]) * in;
-      y[2 * i] = from_f32<T>(x1 * cs[i] - x2 * sn[i]);
-      y[2 * i + 1] = from_f32<T>(x1 * sn[i] + x2 * cs[i]);
+      const std::int64_t j = index(i);
+      float x1 = to_f32(x[j]), x2 = to_f32(x[j + stride]);
+      if (in != 1.0f) {
+        x1 = r(x1 * ins);
+        x2 = r(x2 * ins);
+      }
+      const float c = r(cs[i]), sv = r(sn[i]);
+      y[j] = from_f32<T>(r(r(x1 * c) - r(x2 * sv)));
+      y[j + stride] = from_f32<T>(r(r(x1 * sv) + r(x2 * c)));
     }
   } else {
     for (std::int64_t i = 0; i < half; ++i) {
-      const float x1 = to_f32(x[i]) * in, x2 = to_f32(x[i + half]) * in;
-      y[i] = from_f32<T>(x1 * cs[i] - x2 * sn[i]);
-      y[i + half] = from_f32<T>(x1 * sn[i] + x2 * cs[i]);
+      const std::int64_t j = index(i);
+      const float x1 = to_f32(x[j]) * in, x2 = to_f32(x[j + stride]) * in;
+      y[j] = from_f32<T>(x1 * cs[i] - x2 * sn[i]);
+      y[j + stride] = from_f32<T>(x1 * sn[i] + x2 * cs[i]);
     }
   }
   if (static_cast<const void*>(x) != static_cast<void*>(y)) {

@@ -39,6 +39,10 @@ struct RopeArgs {
   const std::int32_t* positions = nullptr;  // [seq_len] per-row positions, or null
   const float* freqs = nullptr;             // [dims/2], or null for the base form
   float input_scale = 1.0f;
+  // BF16/F16: round every intermediate to that dtype the way MLX's CPU backend does for half
+  // inputs (input scale, cos, sin, each product and sum; `--numerics mlx`). F32: f32 arithmetic
+  // with one rounding to `dtype`.
+  DType mlx_rounding = DType::kF32;
 };
 
 void rope_ref(const RopeArgs& a);

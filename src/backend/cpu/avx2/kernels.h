@@ -38,4 +38,10 @@ void rms_norm_row(const void* x, const void* w, void* y, DType t, std::int64_t c
 void decode_affine_row(const std::uint32_t* w, const void* scales, const void* biases, DType sdt,
                        std::int64_t group0, int bits, int group_size, std::int64_t k, float* out);
 
+// MLX CPU quantized-matmul chains for one 8-row tile (backend/cpu/qmatmul_mlx.cpp): wt is the
+// lane-interleaved tile [k][8], st the fp-mode group scales [k / group_size][8] or nullptr for
+// affine; out[8].
+void qmm_mlx_tile(const float* wt, const float* st, const float* x, std::int64_t k,
+                  int group_size, DType act, float* out);
+
 }  // namespace mlxcel::cpu::avx2

@@ -1,4 +1,4 @@
-#include "npy.h"
+#include "io/npy.h"
 
 #include <cstring>
 #include <fstream>
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace mlxcel::test {
+namespace mlxcel::io {
 
 std::int64_t NpyArray::numel() const {
   std::int64_t n = 1;
@@ -82,4 +82,4 @@ void npy_save_f32(const std::string& path, const std::vector<float>& data,
   f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
 }
 
-}  // namespace mlxcel::test
+}  // namespace mlxcel::io

@@ -1,11 +1,11 @@
 #pragma once
-// Minimal .npy (NumPy format v1/v2) reader and writer for the ops driver: little-endian '<f4'
+// Minimal .npy (NumPy format v1/v2) reader and writer for test drivers and `mlxcel trace --dump`: little-endian '<f4'
 // and '<i4', C order only. numpy.save / numpy.load on the Python side.
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace mlxcel::test {
+namespace mlxcel::io {
 
 struct NpyArray {
   std::string descr;  // "<f4" or "<i4"
@@ -19,4 +19,4 @@ NpyArray npy_load(const std::string& path);  // throws mlxcel::Error(kBadInput) 
 void npy_save_f32(const std::string& path, const std::vector<float>& data,
                   const std::vector<std::int64_t>& shape);
 
-}  // namespace mlxcel::test
+}  // namespace mlxcel::io
