@@ -14,8 +14,10 @@
 
 namespace mlxcel::models {
 
-void Norm::apply(const float* x, std::int64_t rows, std::int64_t cols, float* y) const {
-  if (act == DType::kF32) return cpu::rms_norm(x, weight.data(), y, rows, cols, cols, eps, DType::kF32);
+void Norm::apply(const float* x, std::int64_t rows, std::int64_t cols, float* y,
+                 Numerics numerics) const {
+  // MLX's rms_norm: a sequential fp32 sum of squares, 1 / sqrt(mean + eps), (x * r) * w.
+  if (act == DType::kF32 && numerics == Numerics::kFast) return cpu::rms_norm(x, weight.data(), y, rows, cols, cols, eps, DType::kF32);
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     float ss = 0.0f;
@@ -194,8 +196,8 @@ void Decoder::attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
   emit("k", layer, k.data(), T, kn);
   emit("v", layer, v.data(), T, kn);
   if (style.qk_norm) {
-    L.q_norm.apply(q.data(), T * Hq, hd, q.data());
-    L.k_norm.apply(k.data(), T * Hk, hd, k.data());
+    L.q_norm.apply(q.data(), T * Hq, hd, q.data(), numerics_);
+    L.k_norm.apply(k.data(), T * Hk, hd, k.data(), numerics_);
   }
   // RoPE at each token's absolute position, then append K/V to the token's sequence.
   std::vector<std::vector<void*>> kblocks(batch.size()), vblocks(batch.size());
@@ -228,7 +230,10 @@ void Decoder::attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
     a.x_row_stride = a.y_row_stride = static_cast<std::int64_t>(heads) * hd;
     a.positions = pos32.data();
     L.rope.apply_to(a);
-    if (numerics_ == Numerics::kMlx) a.mlx_rounding = act_dtype;
+    if (numerics_ == Numerics::kMlx) {
+      a.mlx_numerics = true;
+      a.mlx_rounding = act_dtype;
+    }
     cpu::rope(a);
   };
   rope(q.data(), Hq);
@@ -264,34 +269,48 @@ void Decoder::attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
 }
 
 void Decoder::moe_forward(const Moe& m, const float* xn, std::int64_t T, float* out) {
+  // mlx-lm qwen3_moe: softmax(router(x), precise) in fp32 with MLX's exp, rounded to the
+  // activation dtype; the top-k experts as mx.argpartition picks them (std::nth_element over the
+  // indices with (value, index) ordering, the last k); optional renormalization by their sum;
+  // the expert outputs weighted and summed in that order, with fp32 accumulation.
+  using cpu::mlx_compat::round_to;
+  const DType t_act = act_dtype;
   const std::int64_t H = config_.hidden_size, E = static_cast<std::int64_t>(m.gate.size());
   const std::int64_t I = m.gate.empty() ? 0 : m.gate[0].out();
+  const int K = m.top_k;
   std::vector<float> gates(static_cast<std::size_t>(T * E));
   m.router.forward(xn, T, gates.data(), numerics_, act_dtype);
   round_act(gates.data(), T * E);
-  // Route: softmax in fp32 (precise), top-k experts, optional renormalization (mlx-lm qwen3_moe).
-  std::vector<std::vector<std::pair<std::int64_t, float>>> per_expert(static_cast<std::size_t>(E));
-  std::vector<std::int64_t> idx(static_cast<std::size_t>(E));
+  std::vector<std::int32_t> chosen(static_cast<std::size_t>(T * K));
+  std::vector<float> weight(static_cast<std::size_t>(T * K));
+  std::vector<std::vector<std::pair<std::int64_t, int>>> per_expert(static_cast<std::size_t>(E));
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(E));
   for (std::int64_t t = 0; t < T; ++t) {
     float* g = gates.data() + t * E;
-    float mx = *std::max_element(g, g + E);
-    double z = 0;
-    for (std::int64_t e = 0; e < E; ++e) z += std::exp(static_cast<double>(g[e] - mx));
-    for (std::int64_t e = 0; e < E; ++e) g[e] = static_cast<float>(std::exp(static_cast<double>(g[e] - mx)) / z);
-    round_act(g, E);
+    const float mx = *std::max_element(g, g + E);
+    float z = 0.0f;
+    for (std::int64_t e = 0; e < E; ++e) {
+      g[e] = cpu::mlx_compat::exp(g[e] - mx);
+      z = z + g[e];
+    }
+    const float inv = 1.0f / z;
+    for (std::int64_t e = 0; e < E; ++e) g[e] = round_to(t_act, g[e] * inv);
     std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + m.top_k, idx.end(),
-                      [&](std::int64_t a, std::int64_t b) { return g[a] > g[b]; });
-    float sum = 0;
-    for (int j = 0; j < m.top_k; ++j) sum += g[idx[j]];
-    for (int j = 0; j < m.top_k; ++j) {
-      float s = m.norm_topk_prob ? g[idx[j]] / sum : g[idx[j]];
-      if (act_dtype != DType::kF32) s = quant::round_to(act_dtype, s);
-      per_expert[idx[j]].push_back({t, s});
+    std::nth_element(idx.begin(), idx.begin() + (E - K), idx.end(), [&](std::int32_t a, std::int32_t b) {
+      return g[a] < g[b] || (g[a] == g[b] && a < b);
+    });
+    float sum = 0.0f;
+    for (int j = 0; j < K; ++j) sum = sum + g[idx[E - K + j]];
+    sum = round_to(t_act, sum);
+    for (int j = 0; j < K; ++j) {
+      const std::int32_t e = idx[E - K + j];
+      chosen[t * K + j] = e;
+      weight[t * K + j] = m.norm_topk_prob ? round_to(t_act, g[e] / sum) : g[e];
+      per_expert[e].push_back({t, j});
     }
   }
-  std::fill(out, out + T * H, 0.0f);
-  std::vector<float> xs, a, b, y;
+  // Each expert runs once over the tokens routed to it; ys[t][j] is token t's j-th expert output.
+  std::vector<float> ys(static_cast<std::size_t>(T * K * H)), xs, a, b, y;
   for (std::int64_t e = 0; e < E; ++e) {
     const auto& rows = per_expert[e];
     if (rows.empty()) continue;
@@ -308,9 +327,15 @@ void Decoder::moe_forward(const Moe& m, const float* xn, std::int64_t T, float* 
     y.resize(static_cast<std::size_t>(n * H));
     m.down[e].forward(a.data(), n, y.data(), numerics_, act_dtype);
     round_act(y.data(), n * H);
-    for (std::int64_t r = 0; r < n; ++r) {
-      float* o = out + rows[r].first * H;
-      for (std::int64_t d = 0; d < H; ++d) o[d] += rows[r].second * y[r * H + d];
+    for (std::int64_t r = 0; r < n; ++r)
+      std::copy(y.data() + r * H, y.data() + (r + 1) * H, ys.data() + (rows[r].first * K + rows[r].second) * H);
+  }
+  for (std::int64_t t = 0; t < T; ++t) {
+    float* o = out + t * H;
+    for (std::int64_t d = 0; d < H; ++d) {
+      float acc = 0.0f;
+      for (int j = 0; j < K; ++j) acc = acc + round_to(t_act, ys[(t * K + j) * H + d] * weight[t * K + j]);
+      o[d] = round_to(t_act, acc);
     }
   }
 }
@@ -371,21 +396,21 @@ void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>
   for (std::size_t l = 0; l < layers.size(); ++l) {
     DecoderLayer& L = layers[l];
     const int li = static_cast<int>(l);
-    L.input_norm.apply(h.data(), T, D, xn.data());
+    L.input_norm.apply(h.data(), T, D, xn.data(), numerics_);
     emit("attn_norm", li, xn.data(), T, D);
     attention(L, static_cast<int>(l), batch, pos, item_of, xn.data(), T, tmp.data());
     if (style.sandwich_norms) {
-      L.post_attn_norm.apply(tmp.data(), T, D, tmp.data());
+      L.post_attn_norm.apply(tmp.data(), T, D, tmp.data(), numerics_);
       for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
       round_act(h.data(), T * D);
-      L.pre_ff_norm.apply(h.data(), T, D, xn.data());
+      L.pre_ff_norm.apply(h.data(), T, D, xn.data(), numerics_);
       emit("ffn_norm", li, xn.data(), T, D);
       feed_forward(L, li, xn.data(), T, tmp.data());
-      L.post_ff_norm.apply(tmp.data(), T, D, tmp.data());
+      L.post_ff_norm.apply(tmp.data(), T, D, tmp.data(), numerics_);
     } else {
       for (std::int64_t i = 0; i < T * D; ++i) h[i] += tmp[i];
       round_act(h.data(), T * D);
-      L.post_attn_norm.apply(h.data(), T, D, xn.data());
+      L.post_attn_norm.apply(h.data(), T, D, xn.data(), numerics_);
       emit("ffn_norm", li, xn.data(), T, D);
       feed_forward(L, li, xn.data(), T, tmp.data());
     }
@@ -410,7 +435,7 @@ void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>
     std::copy(h.data() + first[i] * D, h.data() + (first[i] + count[i]) * D, picked.data() + at * D);
     at += count[i];
   }
-  final_norm.apply(picked.data(), rows, D, normed.data());
+  final_norm.apply(picked.data(), rows, D, normed.data(), numerics_);
   emit("final_norm", -1, normed.data(), rows, D);
   std::vector<float> all(static_cast<std::size_t>(rows * V));
   (lm_head ? *lm_head : embed).forward(normed.data(), rows, all.data(), numerics_, act_dtype);

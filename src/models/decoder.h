@@ -31,7 +31,8 @@ struct Norm {
   // With act == BF16/F16, rounds as mx.fast.rms_norm does for half inputs:
   // y = round(round(x * rsqrt(mean(x^2) + eps)) * w).
   DType act = DType::kF32;
-  void apply(const float* x, std::int64_t rows, std::int64_t cols, float* y) const;
+  void apply(const float* x, std::int64_t rows, std::int64_t cols, float* y,
+             Numerics numerics = Numerics::kFast) const;
 };
 
 struct Moe {

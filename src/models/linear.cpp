@@ -7,6 +7,7 @@
 #include "backend/cpu/qmatmul.h"
 #include "backend/cpu/mlx_matmul.h"
 #include "core/error.h"
+#include "quant/packing.h"
 #include "quant/qmm.h"
 #include "quant/quantize.h"
 
@@ -143,11 +144,20 @@ void Linear::gather_rows(const std::int32_t* ids, std::int64_t n, float* out) co
                                                 " is outside the vocabulary (0.." +
                                                 std::to_string(out_ - 1) + ")");
     float* o = out + i * in_;
-    if (quant_) {
+    if (quant_ && quant_->mode == QuantMode::kAffine) {
+      // mx.dequantize (QuantizedEmbedding) computes scale * q and then + bias in the scales
+      // dtype, rounding after each.
+      const DType t = scales_.dtype();
+      const std::int64_t groups = in_ / quant_->group_size;
+      const auto* row = static_cast<const std::uint8_t*>(weight_.raw()) + id * (in_ * quant_->bits / 8);
+      for (std::int64_t k = 0; k < in_; ++k) {
+        const std::int64_t g = id * groups + k / quant_->group_size;
+        const float sc = quant::load_float(scales_.raw(), t, g), b = quant::load_float(biases_.raw(), t, g);
+        const float q = static_cast<float>(quant::get_code(row, k, quant_->bits));
+        o[k] = quant::round_to(t, quant::round_to(t, sc * q) + b);
+      }
+    } else if (quant_) {
       quant::decode_row_f32(weight_, scales_, biases_.defined() ? &biases_ : nullptr, *quant_, id, o);
-      // mx.dequantize of an affine embedding rounds to the scales dtype.
-      if (quant_->mode == QuantMode::kAffine)
-        for (std::int64_t k = 0; k < in_; ++k) o[k] = quant::round_to(scales_.dtype(), o[k]);
     } else {
       for (std::int64_t k = 0; k < in_; ++k)
         o[k] = quant::load_float(weight_.raw(), weight_.dtype(), id * in_ + k);

@@ -39,6 +39,42 @@ inline float exp(float x) {
   return two * p;
 }
 
+// mx.sin / mx.cos: Cephes single-precision sin/cos (reduction by pi/4 in three parts, a
+// polynomial per octant), as MLX's simd::sincos evaluates them.
+inline float sincos(float in, bool sine) {
+  bool sign_sin = in < 0;
+  const float ax = std::fabs(in);
+  float y = ax * 1.27323954473516f;  // 4 / pi
+  std::uint32_t j = static_cast<std::uint32_t>(y);
+  j = (j + 1) & ~1u;
+  y = static_cast<float>(j);
+  const bool poly = (j & 2) != 0;
+  float x = std::fma(y, -0.78515625f, ax);
+  x = std::fma(y, -2.4187564849853515625e-4f, x);
+  x = std::fma(y, -3.77489497744594108e-8f, x);
+  sign_sin = sign_sin != ((j & 4) != 0);
+  const bool sign_cos = ((j - 2) & 4) != 0;
+  const float z = x * x;
+  float y1 = std::fma(z, 2.443315711809948e-5f, -1.388731625493765e-3f);
+  float y2 = std::fma(z, -1.9515295891e-4f, 8.3321608736e-3f);
+  y1 = std::fma(y1, z, 4.166664568298827e-2f);
+  y2 = std::fma(y2, z, -1.6666654611e-1f);
+  y1 = y1 * z;
+  y2 = y2 * z;
+  y1 = y1 * z;
+  y2 = std::fma(x, y2, x);
+  y1 = std::fma(z, -0.5f, y1);
+  y1 = y1 + 1.0f;
+  if (sine) {
+    const float ys = poly ? y1 : y2;
+    return sign_sin ? -ys : ys;
+  }
+  const float yc = poly ? y2 : y1;
+  return sign_cos ? yc : -yc;
+}
+inline float sin(float x) { return sincos(x, true); }
+inline float cos(float x) { return sincos(x, false); }
+
 // mx.sigmoid: e = t(exp(|x|)), y = 1 / (1 + e), x < 0 ? y : 1 - y, rounded to t.
 inline float sigmoid(float x, DType t) {
   const float e = round_to(t, exp(std::fabs(x)));

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/cpu/kernel_util.h"
+#include "backend/cpu/mlx_compat.h"
 
 namespace mlxcel::cpu {
 namespace {
@@ -36,7 +37,8 @@ void inv_freqs(const RopeArgs& a, float* out) {
   const std::int64_t half = a.dims / 2;
   const float step = std::log(a.base) / static_cast<float>(half);
   for (std::int64_t i = 0; i < half; ++i) {
-    out[i] = a.freqs ? 1.0f / a.freqs[i] : std::exp(-static_cast<float>(i) * step);
+    const float e = -static_cast<float>(i) * step;
+    out[i] = a.freqs ? 1.0f / a.freqs[i] : (a.mlx_numerics ? mlx_compat::exp(e) : std::exp(e));
   }
 }
 
@@ -59,7 +61,7 @@ void apply_row(const RopeArgs& a, const T* x, T* y, const float* cs, const float
   const float in = a.input_scale;
   const std::int64_t stride = a.traditional ? 1 : half;  // partner of element i
   auto index = [&](std::int64_t i) { return a.traditional ? 2 * i : i; };
-  if (a.mlx_rounding != DType::kF32) {
+  if (a.mlx_numerics) {
     // MLX CPU, half inputs: the input scale is its own op (scalar taking the dtype), cos/sin are
     // rounded, then each product and each sum.
     const DType t = a.mlx_rounding;
@@ -133,8 +135,8 @@ void rope(const RopeArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
       float* cs = &table[r * 2 * half];
       for (std::int64_t i = 0; i < half; ++i) {
         const float theta = p * inv[i];
-        cs[i] = std::cos(theta);
-        cs[half + i] = std::sin(theta);
+        cs[i] = a.mlx_numerics ? mlx_compat::cos(theta) : std::cos(theta);
+        cs[half + i] = a.mlx_numerics ? mlx_compat::sin(theta) : std::sin(theta);
       }
     }
   });

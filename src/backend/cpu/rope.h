@@ -39,9 +39,11 @@ struct RopeArgs {
   const std::int32_t* positions = nullptr;  // [seq_len] per-row positions, or null
   const float* freqs = nullptr;             // [dims/2], or null for the base form
   float input_scale = 1.0f;
-  // BF16/F16: round every intermediate to that dtype the way MLX's CPU backend does for half
-  // inputs (input scale, cos, sin, each product and sum; `--numerics mlx`). F32: f32 arithmetic
-  // with one rounding to `dtype`.
+  // `--numerics mlx`: MLX's CPU arithmetic. inv_freq uses MLX's exp, cos/sin its Cephes
+  // sincos, and every intermediate (input scale, cos, sin, each product and sum) is rounded to
+  // `mlx_rounding` (the activation dtype; F32 rounds nothing). Otherwise f32 arithmetic with
+  // libm cos/sin and one rounding to `dtype`.
+  bool mlx_numerics = false;
   DType mlx_rounding = DType::kF32;
 };
 
