@@ -164,13 +164,16 @@ def main():
     order = ["embed", "attn_norm", "q", "k", "v", "qkv", "q_rope", "k_rope", "attn", "o", "ffn_norm", "gate", "up",
              "act", "down", "h", "final_norm", "logits"]
     first_bad = None
+    compared = missing = 0
     for s, ref in enumerate(ref_steps):
         keys = sorted(ref, key=lambda k: (k[0] if k[0] >= 0 else (1 << 20 if k[1] != "embed" else -1), order.index(k[1])))
         for layer, name in keys:
             r = ref[(layer, name)]
             o = ours.get((s, layer, name))
             if o is None:
+                missing += 1
                 continue
+            compared += 1
             if o.shape != r.shape:
                 print(f"step {s} L{layer} {name}: shape ours {o.shape} vs mlx {r.shape}")
                 continue
@@ -183,8 +186,10 @@ def main():
                 print(f"step {s:3d} L{layer:2d} {name:10s} exact {same}/{r.size}  max|diff| {diff:.3g}")
         if first_bad is not None and not a.all:
             break
+    print(f"compared {compared} tensors over {len(ref_steps)} steps ({missing} without a counterpart)")
     print("first mismatch:", first_bad if first_bad else "none (all compared tensors bit-identical)")
+    return 1 if first_bad or compared == 0 else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -4,8 +4,13 @@
 decided positions (margin >= 2.0; gate: zero disagreements, and 0 decided is inconclusive), and
 greedy generation of 32 tokens compared token for token.
 
-usage: model_conformance.py MLXCEL_BIN FIXTURE_DIR [FIXTURE_DIR ...] [--json OUT] [--markdown OUT]
+usage: model_conformance.py MLXCEL_BIN FIXTURE_DIR [FIXTURE_DIR ...] [--numerics mlx|fast]
+                            [--json OUT] [--markdown OUT]
 Exit 0 when every fixture passes.
+
+--numerics mlx (the default) runs mlxcel with MLX's CPU arithmetic, so its logits should equal
+mlx-lm's bit for bit: the report also gives the share of positions whose top-1 logit is
+identical. --numerics fast measures the default engine (fp32 accumulation) against the same gate.
 """
 import argparse
 import json
@@ -55,7 +60,17 @@ def mlx_greedy(model, prompt, n=32):
     return out
 
 
-def check_fixture(binary, fixture, tmp):
+def identical_top1(ref, ours):
+    """Positions where mlxcel's logit for the reference's top-1 token is bit-identical."""
+    cand = {p["pos"]: dict((a, b) for a, b in p["top"]) for p in ours["positions"]}
+    n = 0
+    for p in ref["positions"]:
+        t, v = p["top"][0]
+        n += cand.get(p["pos"], {}).get(t) == v
+    return n
+
+
+def check_fixture(binary, fixture, tmp, numerics="mlx"):
     mx.set_default_device(mx.cpu)
     model, config = load_model(Path(fixture))
     vocab = config["vocab_size"]
@@ -68,9 +83,11 @@ def check_fixture(binary, fixture, tmp):
         ids.write_text(json.dumps(tokens))
         ours_path = Path(tmp) / f"ours-{width}.json"
         subprocess.run([binary, "trace", "-m", fixture, "--tokens", str(ids), "--width", width,
-                        "-o", str(ours_path)], check=True, capture_output=True)
+                        "--numerics", numerics, "-o", str(ours_path)], check=True, capture_output=True)
         ref = mlx_trace(model, tokens, width)
-        s = compare(ref, json.loads(ours_path.read_text()), 2.0)
+        ours = json.loads(ours_path.read_text())
+        s = compare(ref, ours, 2.0)
+        s["top1_identical"] = identical_top1(ref, ours)
         result["widths"][width] = s
         result["ok"] &= s["status"] == "pass"
     prompt = [rng.randrange(vocab) for _ in range(16)]
@@ -79,7 +96,7 @@ def check_fixture(binary, fixture, tmp):
     p.write_text(json.dumps(prompt))
     o = Path(tmp) / "gen.json"
     subprocess.run([binary, "generate", "-m", fixture, "--prompt-ids", str(p), "-n", "32",
-                    "--ignore-eos", "-q", "--output-ids", str(o)], check=True, capture_output=True)
+                    "--ignore-eos", "-q", "--output-ids", str(o), "--numerics", numerics], check=True, capture_output=True)
     ours = json.loads(o.read_text())["tokens"]
     first_diff = next((i for i, (a, b) in enumerate(zip(ref_tokens, ours)) if a != b), None)
     result["greedy"] = {"equal": ours == ref_tokens, "first_difference": first_diff, "n": len(ref_tokens)}
@@ -91,27 +108,31 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
     ap.add_argument("fixtures", nargs="+")
+    ap.add_argument("--numerics", default="mlx", choices=["mlx", "fast"])
     ap.add_argument("--json")
     ap.add_argument("--markdown")
     a = ap.parse_args()
     results = []
     for f in a.fixtures:
         with tempfile.TemporaryDirectory() as tmp:
-            r = check_fixture(a.binary, f, tmp)
+            r = check_fixture(a.binary, f, tmp, a.numerics)
         results.append(r)
         w = r["widths"]
         print(f"{r['fixture']:22s} " + "  ".join(
-            f"{k}: {v['disagree']}/{v['decided']} of {v['positions']}" for k, v in w.items()) +
+            f"{k}: {v['disagree']}/{v['decided']} of {v['positions']} (={v['top1_identical']})" for k, v in w.items()) +
               f"  greedy32: {'equal' if r['greedy']['equal'] else 'DIFFERS at ' + str(r['greedy']['first_difference'])}"
               f"  -> {'pass' if r['ok'] else 'FAIL'}", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
     if a.markdown:
-        lines = ["| fixture | w1 disagree/decided | w8 | w256 | greedy 32 tokens |", "|---|---|---|---|---|"]
+        lines = [f"numerics: {a.numerics}. Cells: disagreements / decided positions (of all positions; "
+                 "identical top-1 logits).", "",
+                 "| fixture | w1 | w8 | w256 | greedy 32 tokens |", "|---|---|---|---|---|"]
         for r in results:
             w = r["widths"]
             lines.append(f"| {r['fixture']} | " + " | ".join(
-                f"{w[k]['disagree']}/{w[k]['decided']} (of {w[k]['positions']})" for k in WIDTHS) +
+                f"{w[k]['disagree']}/{w[k]['decided']} (of {w[k]['positions']}; {w[k]['top1_identical']} identical)"
+                for k in WIDTHS) +
                 f" | {'equal' if r['greedy']['equal'] else 'differs at ' + str(r['greedy']['first_difference'])} |")
         Path(a.markdown).write_text("\n".join(lines) + "\n")
     return 0 if all(r["ok"] for r in results) else 1

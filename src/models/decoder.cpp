@@ -252,10 +252,14 @@ void Decoder::attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
     for (std::int64_t i = b; i < e; ++i) {
       const std::int64_t t = i / Hk;
       const int g = static_cast<int>(i % Hk);
-      if (numerics_ == Numerics::kMlx)
+      if (numerics_ == Numerics::kMlx) {
+        const auto& order = window_keys_[item_of[t]];
+        const bool rotated = L.window > 0 && !order.empty();
         cpu::paged_attention_mlx(q.data() + t * qn, Hq, views[item_of[t]], pos[t], L.window,
                                  scale, act_dtype, att.data() + t * qn, g * group,
-                                 (g + 1) * group);
+                                 (g + 1) * group, rotated ? order.data() : nullptr,
+                                 rotated ? static_cast<std::int64_t>(order.size()) : 0);
+      }
       else
         cpu::paged_attention(q.data() + t * qn, Hq, views[item_of[t]], pos[t], L.window, scale,
                              att.data() + t * qn, g * group, (g + 1) * group);
@@ -373,10 +377,12 @@ void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>
   std::vector<std::int32_t> tokens;
   std::vector<std::int64_t> pos;
   std::vector<int> item_of;
+  std::vector<std::int64_t> starts(batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) {
     auto& it = batch[i];
     MLXCEL_CHECK(!it.tokens.empty(), ErrorCategory::kInternal, "forward: empty batch item");
-    std::int64_t start = it.kv->reserve(static_cast<std::int64_t>(it.tokens.size()));
+    const std::int64_t start = it.kv->reserve(static_cast<std::int64_t>(it.tokens.size()));
+    starts[i] = start;
     for (std::size_t j = 0; j < it.tokens.size(); ++j) {
       tokens.push_back(it.tokens[j]);
       pos.push_back(start + static_cast<std::int64_t>(j));
@@ -384,6 +390,23 @@ void Decoder::forward(std::span<BatchItem> batch, std::vector<std::vector<float>
     }
   }
   kv_dtype_ = batch.empty() ? DType::kF32 : batch[0].kv->dtype();
+  // --numerics mlx: replay mlx-lm's rotating sliding-window cache to get its key order.
+  window_keys_.assign(batch.size(), {});
+  std::int64_t window = 0;
+  for (const auto& L : layers) window = std::max(window, L.window);
+  if (numerics_ == Numerics::kMlx && window > 0) {
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      RotatingOrder& ro = batch[i].kv->rotating_order();
+      const std::int64_t n = static_cast<std::int64_t>(batch[i].tokens.size());
+      const std::int64_t start = starts[i];
+      if (ro.max_size() != window || ro.offset() != start) {
+        ro.reset(window);
+        if (start > 0) ro.update(start);  // a reused prefix counts as one prefill
+      }
+      ro.update(n);
+      if (n == 1) window_keys_[i] = ro.keys();
+    }
+  }
   const std::int64_t T = static_cast<std::int64_t>(tokens.size());
   std::vector<float> h(static_cast<std::size_t>(T * D)), xn(h.size()), tmp(h.size());
   embed.gather_rows(tokens.data(), T, h.data());

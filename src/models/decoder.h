@@ -79,6 +79,9 @@ class Decoder final : public Model {
   void moe_forward(const Moe& m, const float* xn, std::int64_t T, float* out);
 
   DType kv_dtype_ = DType::kF32;
+  // Per batch item of the current step: key positions in mlx-lm's rotating-cache order (mlx
+  // numerics, single-token steps of sliding-window models), else empty.
+  std::vector<std::vector<std::int64_t>> window_keys_;
 
  public:
   // Activation dtype of the checkpoint (its embedding / scales dtype). For BF16/F16 the forward

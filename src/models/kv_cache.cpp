@@ -134,6 +134,7 @@ void SequenceKv::clear() {
   tokens_.clear();
   length_ = reserved_ = published_blocks_ = 0;
   chain_hash_ = 0;
+  rotating_.reset(0);
 }
 
 std::int64_t SequenceKv::reuse_prefix(std::span<const std::int32_t> tokens) {

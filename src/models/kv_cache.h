@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "models/rotating_order.h"
 
 namespace mlxcel::models {
 
@@ -99,7 +100,12 @@ class SequenceKv {
 
   void clear();  // releases every block
 
+  // mlx-lm's sliding-window slot order for this sequence (`--numerics mlx` only; see
+  // models/rotating_order.h). Reset by clear().
+  RotatingOrder& rotating_order() { return rotating_; }
+
  private:
+  RotatingOrder rotating_;
   KvBlockPool& pool_;
   std::vector<std::int32_t> blocks_;
   std::vector<std::int32_t> tokens_;  // committed tokens (for hashing)

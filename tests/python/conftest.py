@@ -25,3 +25,15 @@ def server(server_model_dir, tmp_path_factory):
 def reference(server_model_dir):
     from _server_util import Reference
     return Reference(server_model_dir)
+
+
+@pytest.fixture(scope="session")
+def all_fixtures(tmp_path_factory):
+    """Every fixture of scripts/make_fixtures.py, built once per session with mlx-lm."""
+    import subprocess
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = tmp_path_factory.mktemp("fixtures")
+    r = subprocess.run([sys.executable, str(root / "scripts" / "make_fixtures.py"), str(out)],
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out

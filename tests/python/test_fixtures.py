@@ -15,25 +15,20 @@ REF = ROOT / "scripts" / "mlx_reference.py"
 
 
 @pytest.fixture(scope="module")
-def fixtures(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fixtures")
-    r = subprocess.run([sys.executable, str(MAKE), str(out), "--families", "llama,gemma3_text,qwen3_moe",
-                        "--modes", "affine4,mxfp8"], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return out, r.stdout
+def fixtures(all_fixtures):
+    return all_fixtures
 
 
-def test_writes_every_requested_fixture(fixtures):
-    out, log = fixtures
-    names = sorted(p.name for p in out.iterdir())
-    assert names == ["gemma3_text-affine4", "gemma3_text-mxfp8", "llama-affine4", "llama-mixed", "llama-mxfp8",
-                     "qwen3_moe-affine4", "qwen3_moe-mxfp8"]
-    for n in names:
-        assert f"wrote {out / n}" in log
+def test_writes_every_fixture(fixtures):
+    names = sorted(p.name for p in fixtures.iterdir())
+    fams = ["gemma3_text", "llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe"]
+    want = sorted([f"{f}-{m}" for f in fams for m in ("affine4", "affine8", "mxfp4", "mxfp8")] +
+                  [f"{f}-bf16" for f in fams if f != "qwen3_moe"] + ["qwen3_moe-f32", "llama-mixed"])
+    assert names == want
 
 
 def test_config_and_quantization(fixtures):
-    out, _ = fixtures
+    out = fixtures
     cfg = json.loads((out / "llama-affine4" / "config.json").read_text())
     assert cfg["model_type"] == "llama"
     assert cfg["rope_scaling"]["rope_type"] == "llama3"
@@ -55,7 +50,7 @@ def test_config_and_quantization(fixtures):
 
 def test_safetensors_hold_quantized_tensors(fixtures):
     import mlx.core as mx
-    out, _ = fixtures
+    out = fixtures
     w = mx.load(str(out / "llama-affine4" / "model.safetensors"))
     assert w["model.layers.0.self_attn.q_proj.weight"].dtype == mx.uint32
     assert "model.layers.0.self_attn.q_proj.scales" in w and "model.layers.0.self_attn.q_proj.biases" in w
@@ -66,7 +61,7 @@ def test_safetensors_hold_quantized_tensors(fixtures):
 
 
 def test_deterministic(tmp_path, fixtures):
-    out, _ = fixtures
+    out = fixtures
     r = subprocess.run([sys.executable, str(MAKE), str(tmp_path), "--families", "llama", "--modes", "affine4",
                         "--no-mixed"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -76,7 +71,7 @@ def test_deterministic(tmp_path, fixtures):
 
 @pytest.mark.parametrize("name", ["llama-mixed", "gemma3_text-affine4", "qwen3_moe-mxfp8"])
 def test_mlx_lm_loads_and_generates(fixtures, tmp_path, name):
-    out, _ = fixtures
+    out = fixtures
     trace = tmp_path / "trace.json"
     r = subprocess.run([sys.executable, str(REF), str(out / name), "--prompt", "The quick brown fox jumps over",
                         "--out", str(trace), "--top-k", "4"], capture_output=True, text=True, timeout=300)

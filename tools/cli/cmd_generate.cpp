@@ -116,8 +116,8 @@ struct Engine {
 };
 
 Engine open_engine(const GenArgs& g) {
-  auto fmt = runtime::ChatFormatter::load(g.model);
-  Engine e{models::load_model(g.model, g.load), std::move(fmt), nullptr, 0};
+  auto lm = models::load_model(g.model, g.load);  // first: its errors name the folder and files
+  Engine e{std::move(lm), runtime::ChatFormatter::load(g.model), nullptr, 0};
   std::int64_t model_ctx = e.lm.model->config().context_length();
   e.ctx = g.ctx_size > 0 ? g.ctx_size : (model_ctx > 0 ? std::min<std::int64_t>(model_ctx, 32768) : 4096);
   e.pool = std::make_unique<models::KvBlockPool>(
