@@ -139,6 +139,12 @@ void Engine::finish(Slot& s, const std::string& reason) {
   if (reason == "cancelled") metrics_.requests_cancelled_total.add();
 }
 
+void Engine::cancel(const std::shared_ptr<EngineRequest>& r) {
+  r->cancelled.store(true);
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
+
 void Engine::loop() {
   std::vector<std::unique_ptr<Slot>> slots;
   while (true) {
@@ -146,6 +152,12 @@ void Engine::loop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !slots.empty(); });
       if (stopping_) break;
+      // Requests whose clients left while queued go now, not when they reach the front.
+      const auto before = queue_.size();
+      queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
+                                  [](const auto& r) { return r->cancelled.load(); }),
+                   queue_.end());
+      for (auto n = before - queue_.size(); n > 0; --n) metrics_.requests_cancelled_total.add();
       // Admit waiting requests into free slots (between steps: continuous batching).
       while (static_cast<int>(slots.size()) < opts_.parallel && !queue_.empty()) {
         auto r = queue_.front();
@@ -192,6 +204,7 @@ void Engine::loop() {
     }
     slots.erase(std::remove_if(slots.begin(), slots.end(), [](const auto& s) { return s->done; }),
                 slots.end());
+    if (opts_.debug_step_delay.count() > 0) std::this_thread::sleep_for(opts_.debug_step_delay);
     // Gauges before active_: a client that sees /health idle also sees idle metrics.
     metrics_.kv_blocks_used.set(static_cast<double>(pool_->used_blocks()));
     metrics_.active_slots.set(static_cast<double>(slots.size()));

@@ -78,6 +78,9 @@ struct EngineOptions {
   std::int64_t prefill_chunk = 256; // prompt tokens per slot per step
   int block_size = 32;
   std::vector<std::int32_t> eos_ids;
+  // Testing aid (mlxcel-server --debug-step-delay-ms): sleep after every engine step, so tests
+  // can hold slots busy with a tiny model.
+  std::chrono::milliseconds debug_step_delay{0};
 };
 
 class Engine {
@@ -92,6 +95,9 @@ class Engine {
   // Throws bad_input when the prompt cannot fit a slot's context.
   bool submit(const std::shared_ptr<EngineRequest>& r);
   void stop();
+  // Marks `r` cancelled (its client left) and wakes the engine, which drops it from the queue or
+  // frees its slot before the next step.
+  void cancel(const std::shared_ptr<EngineRequest>& r);
 
   bool healthy() const { return healthy_.load(); }
   std::string unhealthy_reason() const;

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -20,6 +21,7 @@
 #include "server/api_error.h"
 #include "server/engine.h"
 #include "server/openai_protocol.h"
+#include "server/peer_watch.h"
 #include "tokenizer/reasoning.h"
 
 namespace mlxcel::server {
@@ -109,11 +111,13 @@ struct Server {
   void handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint ep) {
     GenerationRequest g;
     std::shared_ptr<EngineRequest> r;
+    std::string echo_text;  // completions with echo: the prompt, sent before the completion
     try {
       json body = parse_body(req.body);
-      g = ep == Endpoint::kChat ? parse_chat_request(body) : parse_completion_request(body);
+      g = ep == Endpoint::kChat ? parse_chat_request(body, opts.sampling)
+                                : parse_completion_request(body, opts.sampling);
       check_model(g);
-      r = make_request(g, nullptr);
+      r = make_request(g, g.echo ? &echo_text : nullptr);
       if (!engine->submit(r)) {
         metrics.requests_rejected_total.add();
         return send_error(res, ApiError::too_many_requests(
@@ -142,13 +146,19 @@ struct Server {
       return out;
     };
     const bool want_lp = g.logprobs;
+    auto watch = std::make_shared<PeerWatch>(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
 
     if (!g.stream) {
-      std::string content, reasoning, finish;
+      std::string content = echo_text, reasoning, finish;
       std::vector<TokenLogprobInfo> lps;
       Usage usage;
       while (true) {
-        auto ev = r->events.pop(std::chrono::milliseconds(1000));
+        auto ev = r->events.pop(std::chrono::milliseconds(200));
+        // Nothing is written until the end: notice a client that left (queued or generating).
+        if (watch->closed_throttled()) {
+          engine->cancel(r);
+          return;
+        }
         if (!ev) continue;
         if (ev->kind == EngineEvent::Kind::kError) {
           return send_error(res, ev->error_status == 503 ? ApiError::unavailable(ev->error_message)
@@ -177,11 +187,11 @@ struct Server {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, r, id, created_at, model, ep, include_usage, want_lp, lp_info, first = true](
-            std::size_t, httplib::DataSink& sink) mutable {
+        [this, r, id, created_at, model, ep, include_usage, want_lp, lp_info, watch, echo_text,
+         first = true](std::size_t, httplib::DataSink& sink) mutable {
           auto write = [&](const std::string& s) {
             if (!sink.write(s.data(), s.size())) {
-              r->cancelled.store(true);
+              engine->cancel(r);
               return false;
             }
             return true;
@@ -190,16 +200,19 @@ struct Server {
             std::string role = "assistant";
             if (!write(sse_event(chat_chunk(id, created_at, model, &role, "", "", "", nullptr)))) return false;
           }
+          if (first && !echo_text.empty()) {
+            if (!write(sse_event(completion_chunk(id, created_at, model, echo_text, "", nullptr)))) return false;
+          }
           first = false;
           while (true) {
-            auto ev = r->events.pop(std::chrono::milliseconds(250));
-            if (!ev) {
-              if (!sink.is_writable()) {
-                r->cancelled.store(true);
-                return false;
-              }
-              continue;
+            auto ev = r->events.pop(std::chrono::milliseconds(200));
+            // A write to a vanished client can still succeed (it only fills the socket buffer),
+            // so look at the connection itself too.
+            if (watch->closed_throttled() || (!ev && !sink.is_writable())) {
+              engine->cancel(r);
+              return false;
             }
+            if (!ev) continue;
             if (ev->kind == EngineEvent::Kind::kError) {
               ApiError e = ev->error_status == 503 ? ApiError::unavailable(ev->error_message)
                                                    : ApiError::internal(ev->error_message);
@@ -232,8 +245,8 @@ struct Server {
             return true;  // httplib calls again for the next event
           }
         },
-        [r](bool success) {
-          if (!success) r->cancelled.store(true);
+        [this, r](bool success) {
+          if (!success) engine->cancel(r);
         });
   }
 };
@@ -268,11 +281,16 @@ const char* server_help() {
          "  --cors-origins LIST      comma-separated allowed origins ('*' for any)\n"
          "  --no-metrics             disable GET /metrics\n"
          "  --max-body-bytes N       largest request body (default 8 MiB)\n"
-         "  --numerics fast|mlx      fast: fp32 accumulation (default); mlx: MLX CPU bit for bit\n";
+         "  --numerics fast|mlx      fast: fp32 accumulation (default); mlx: MLX CPU bit for bit\n"
+         "  --debug-step-delay-ms N  testing aid: sleep N ms after every engine step\n"
+         "sampling defaults for requests that leave a field out (requests override them):\n"
+         "  --temp T (default 1, as OpenAI)  --top-p P  --top-k K  --min-p M  --seed S\n"
+         "  --repeat-penalty R  --repeat-last-n N  --presence-penalty X  --frequency-penalty X\n";
 }
 
 ServerOptions parse_server_args(const std::vector<std::string>& args) {
   ServerOptions o;
+  o.sampling = openai_sampling_defaults();
   using runtime::parse_int_flag;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -281,6 +299,7 @@ ServerOptions parse_server_args(const std::vector<std::string>& args) {
       return args[++i];
     };
     if (runtime::parse_load_flag(args, i, o.load)) continue;
+    if (runtime::parse_sampling_flag(args, i, o.sampling)) continue;
     if (a == "-m" || a == "--model") o.model_dir = value();
     else if (a == "--alias") o.model_id = value();
     else if (a == "--host") o.host = value();
@@ -304,6 +323,7 @@ ServerOptions parse_server_args(const std::vector<std::string>& args) {
         if (!item.empty()) o.cors_origins.push_back(item);
     } else if (a == "--metrics") o.metrics = true;
     else if (a == "--no-metrics") o.metrics = false;
+    else if (a == "--debug-step-delay-ms") o.debug_step_delay_ms = parse_int_flag(a, value(), 0, 10000);
     else if (a == "--max-body-bytes") o.max_body_bytes = static_cast<std::size_t>(parse_int_flag(a, value(), 1024, 1ll << 32));
     else if (a == "-h" || a == "--help") {
       std::fputs(server_help(), stdout);
@@ -314,6 +334,7 @@ ServerOptions parse_server_args(const std::vector<std::string>& args) {
   if (o.model_id.empty()) o.model_id = std::filesystem::path(o.model_dir).filename().string();
   if (o.model_id.empty()) o.model_id = std::filesystem::path(o.model_dir).parent_path().filename().string();
   if (o.timeout_s <= 0) throw_error(ErrorCategory::kBadInput, "--timeout must be positive");
+  o.sampling.validate(std::numeric_limits<std::int32_t>::max());
   return o;
 }
 
@@ -461,6 +482,7 @@ int run_server(const ServerOptions& opts) {
     eo.max_queue = opts.max_queue;
     eo.prefill_chunk = opts.prefill_chunk;
     eo.eos_ids = s.fmt->eos_ids(s.lm.eos_ids);
+    eo.debug_step_delay = std::chrono::milliseconds(opts.debug_step_delay_ms);
     s.engine = std::make_unique<Engine>(*s.lm.model, *s.fmt, eo, s.metrics);
   } catch (...) {
     http.stop();

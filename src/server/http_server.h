@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "models/loader.h"
+#include "runtime/sampler.h"
 
 namespace mlxcel::server {
 
@@ -24,6 +25,8 @@ struct ServerOptions {
   std::size_t max_body_bytes = 8u << 20;
   std::int64_t prefill_chunk = 256;
   models::LoadOptions load;
+  std::int64_t debug_step_delay_ms = 0;  // testing aid, see EngineOptions
+  runtime::SamplingParams sampling;  // defaults for fields a request leaves out (temperature 1)
 };
 
 // Parses server flags (llama-server style); throws bad_input for unknown or malformed ones.

@@ -77,12 +77,12 @@ std::optional<std::string> opt_string(const json& b, const char* key) {
   return it->get<std::string>();
 }
 
-void parse_common(const json& b, GenerationRequest& r) {
+void parse_common(const json& b, GenerationRequest& r, const runtime::SamplingParams& defaults) {
   if (!b.is_object()) fail("the request body must be a JSON object", "");
   if (auto m = opt_string(b, "model")) r.model = *m;
   auto& s = r.sampling;
+  s = defaults;
   if (auto v = opt_number(b, "temperature", 0.0, 2.0)) s.temperature = static_cast<float>(*v);
-  else s.temperature = 1.0f;  // OpenAI's default when the client sends none
   if (auto v = opt_number(b, "top_p", 0.0, 1.0)) {
     if (*v <= 0.0) fail("'top_p' must be greater than 0", "top_p");
     s.top_p = static_cast<float>(*v);
@@ -227,10 +227,10 @@ json parse_body(const std::string& body) {
   return j;
 }
 
-GenerationRequest parse_chat_request(const json& b) {
+GenerationRequest parse_chat_request(const json& b, const runtime::SamplingParams& defaults) {
   GenerationRequest r;
   r.endpoint = Endpoint::kChat;
-  parse_common(b, r);
+  parse_common(b, r, defaults);
   auto it = b.find("messages");
   if (it == b.end()) fail("'messages' is required", "messages");
   if (!it->is_array()) fail("'messages' must be an array, got " + std::string(type_name(*it)), "messages");
@@ -280,10 +280,10 @@ GenerationRequest parse_chat_request(const json& b) {
   return r;
 }
 
-GenerationRequest parse_completion_request(const json& b) {
+GenerationRequest parse_completion_request(const json& b, const runtime::SamplingParams& defaults) {
   GenerationRequest r;
   r.endpoint = Endpoint::kCompletion;
-  parse_common(b, r);
+  parse_common(b, r, defaults);
   auto it = b.find("prompt");
   if (it == b.end() || it->is_null()) fail("'prompt' is required", "prompt");
   const json* p = &*it;
@@ -309,8 +309,16 @@ GenerationRequest parse_completion_request(const json& b) {
     r.top_logprobs = static_cast<int>(*v);
   }
   if (b.contains("suffix") && !b["suffix"].is_null()) fail("'suffix' is not supported", "suffix");
+  if (r.echo && r.logprobs)
+    fail("'echo' together with 'logprobs' (prompt logprobs) is not supported; send one of them", "echo");
   (void)opt_int(b, "best_of", 1, 1);
   return r;
+}
+
+runtime::SamplingParams openai_sampling_defaults() {
+  runtime::SamplingParams p;
+  p.temperature = 1.0f;
+  return p;
 }
 
 json Usage::json() const {

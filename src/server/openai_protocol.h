@@ -36,9 +36,16 @@ struct GenerationRequest {
   bool echo = false;
 };
 
-// Throws ApiException (400) naming the first offending field.
-GenerationRequest parse_chat_request(const nlohmann::json& body);
-GenerationRequest parse_completion_request(const nlohmann::json& body);
+// The server's sampling defaults (`mlxcel-server --temp ...`) for fields a request leaves out;
+// the temperature defaults to OpenAI's 1.0.
+runtime::SamplingParams openai_sampling_defaults();
+
+// Throws ApiException (400) naming the first offending field. Fields the body leaves out take
+// their value from `defaults`.
+GenerationRequest parse_chat_request(const nlohmann::json& body,
+                                     const runtime::SamplingParams& defaults = openai_sampling_defaults());
+GenerationRequest parse_completion_request(const nlohmann::json& body,
+                                           const runtime::SamplingParams& defaults = openai_sampling_defaults());
 
 // Parses a request body; malformed JSON or a non-object is a 400 with the parser's position.
 nlohmann::json parse_body(const std::string& body);

@@ -56,8 +56,9 @@ def _greedy(model, ids, n):
     return out
 
 
-def make(out: Path, seed: int = 7) -> Path:
-    """Writes the checkpoint folder `out` and returns it."""
+def make(out: Path, seed: int = 7, dtype: str = "float32", quantize: dict = None) -> Path:
+    """Writes the checkpoint folder `out` and returns it. dtype "bfloat16" and quantize (e.g.
+    {"group_size": 64, "bits": 4}) give the variants the batching tests run on."""
     mx.random.seed(seed)
     model_cls, args_cls = lm_utils._get_classes(QWEN3_TINY)
     model = model_cls(args_cls.from_dict(QWEN3_TINY))
@@ -77,9 +78,14 @@ def make(out: Path, seed: int = 7) -> Path:
     if len(set(a)) < 6 or len(set(b)) < 6 or a == b:
         raise RuntimeError(f"the tiny model's greedy output does not vary enough: {a} / {b}")
 
+    config = dict(QWEN3_TINY)
+    if dtype != "float32":
+        model.set_dtype(getattr(mx, dtype))
+    if quantize:
+        model, config = lm_utils.quantize_model(model, config, quantize["group_size"], quantize["bits"])
     out.mkdir(parents=True, exist_ok=True)
     lm_utils.save_model(out, model)
-    lm_utils.save_config(dict(QWEN3_TINY), out / "config.json")
+    lm_utils.save_config(config, out / "config.json")
     tok = tokenizer_dir()
     shutil.copyfile(tok / "vocab.json", out / "vocab.json")
     shutil.copyfile(tok / "merges.txt", out / "merges.txt")
