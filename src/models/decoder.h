@@ -60,6 +60,7 @@ class Decoder final : public Model {
   void forward(std::span<BatchItem> batch, std::vector<std::vector<float>>& logits) override;
   std::size_t weight_bytes() const override;
   std::size_t decode_bytes_per_token() const override;
+  DType activation_dtype() const override { return act_dtype; }
 
   DecoderStyle style;
   Linear embed;

@@ -6,12 +6,13 @@
 
 namespace mlxcel::models {
 
-KvCacheConfig Model::kv_config(std::int64_t num_blocks, int block_size, DType dtype) const {
+KvCacheConfig Model::kv_config(std::int64_t num_blocks, int block_size,
+                               std::optional<DType> dtype) const {
   KvCacheConfig k;
   k.n_layers = static_cast<int>(config_.num_hidden_layers);
   k.n_kv_heads = static_cast<int>(config_.num_key_value_heads);
   k.head_dim = static_cast<int>(config_.head_dim);
-  k.dtype = dtype;
+  k.dtype = dtype.value_or(activation_dtype());
   k.block_size = block_size;
   k.num_blocks = num_blocks;
   return k;

@@ -5,6 +5,7 @@
 // per step).
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -37,9 +38,13 @@ class Model {
   // the tokens' K/V to each item's cache and commits them.
   virtual void forward(std::span<BatchItem> batch, std::vector<std::vector<float>>& logits) = 0;
 
-  // The KV layout this model needs; the caller picks the block count.
+  // The KV layout this model needs; the caller picks the block count. The cache dtype defaults
+  // to the activation dtype: K and V are already rounded to it, so a bf16 model's cache holds
+  // them exactly in half the memory.
   KvCacheConfig kv_config(std::int64_t num_blocks, int block_size = 32,
-                                   DType dtype = DType::kF32) const;
+                          std::optional<DType> dtype = std::nullopt) const;
+  // The dtype activations are rounded to between ops (the checkpoint's; F32 when unrounded).
+  virtual DType activation_dtype() const { return DType::kF32; }
   virtual std::size_t weight_bytes() const = 0;
   // Bytes of weights one decode step must read (embedding: one row; MoE: the router plus the
   // average share of active experts), the numerator of the decode bandwidth ceiling.

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/avx2/attention_kernels.h"
 #include "backend/cpu/mlx_compat.h"
 
 namespace mlxcel::cpu {
@@ -40,41 +41,70 @@ void paged_kv_write(const PagedKv& kv, std::int64_t pos, const float* k, const f
   }
 }
 
+namespace {
+
+template <typename T>
+float dot_scalar(const float* q, const T* k, int d) {
+  float s = 0.0f;
+  for (int i = 0; i < d; ++i) s += q[i] * to_f32(k[i]);
+  return s;
+}
+
+float dot(const float* q, const void* k, DType t, int d, bool avx) {
+  if (avx) return avx2::attn_dot(q, k, t, d);
+  switch (t) {
+    case DType::kBF16: return dot_scalar(q, static_cast<const bf16*>(k), d);
+    case DType::kF16: return dot_scalar(q, static_cast<const f16*>(k), d);
+    default: return dot_scalar(q, static_cast<const float*>(k), d);
+  }
+}
+
+void accumulate(float c, float p, const void* v, DType t, float* acc, int d, bool avx) {
+  if (avx) return avx2::attn_accumulate(c, p, v, t, acc, d);
+  for (int i = 0; i < d; ++i) acc[i] = acc[i] * c + p * load(v, t, i);
+}
+
+}  // namespace
+
 void paged_attention(const float* q, int n_heads, const PagedKv& kv, std::int64_t pos,
-                     std::int64_t window, float scale, float* out, int head_begin, int head_end) {
+                     std::int64_t window, float scale, float* out, int head_begin, int head_end,
+                     CpuIsa isa) {
   if (head_end < 0) head_end = n_heads;
+  const bool avx = isa == CpuIsa::kAvx2;
   const int group = n_heads / kv.n_kv_heads;
   const std::int64_t first = window > 0 ? std::max<std::int64_t>(0, pos - window + 1) : 0;
-  std::vector<float> acc(static_cast<std::size_t>(kv.v_dim));
-  for (int h = head_begin; h < head_end; ++h) {
-    const int g = h / group;
-    const float* qh = q + static_cast<std::int64_t>(h) * kv.head_dim;
-    float m = -std::numeric_limits<float>::infinity();
-    float l = 0.0f;
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (std::int64_t j = first; j <= pos; ++j) {
-      const std::int64_t blk = j / kv.block_size, off = j % kv.block_size;
-      const void* kb = kv.k_blocks[blk];
-      const void* vb = kv.v_blocks[blk];
-      const std::int64_t kbase = (static_cast<std::int64_t>(g) * kv.block_size + off) * kv.head_dim;
-      float s = 0.0f;
-      for (int d = 0; d < kv.head_dim; ++d) s += qh[d] * load(kb, kv.dtype, kbase + d);
-      s *= scale;
-      // Online softmax (Milakov & Gimelshein): rescale the running sum when the max grows.
-      if (s > m) {
-        const float c = std::exp(m - s);
-        l *= c;
-        for (auto& a : acc) a *= c;
-        m = s;
+  const std::size_t elem = dtype_size(kv.dtype);
+  const int nh = head_end - head_begin;
+  std::vector<float> acc(static_cast<std::size_t>(nh) * kv.v_dim), m(nh), l(nh);
+  std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+  // Keys outer, heads inner: the query heads sharing a KV head (GQA) read each K/V row once.
+  for (std::int64_t j = first; j <= pos; ++j) {
+    const std::int64_t blk = j / kv.block_size, off = j % kv.block_size;
+    const char* kb = static_cast<const char*>(kv.k_blocks[blk]);
+    const char* vb = static_cast<const char*>(kv.v_blocks[blk]);
+    for (int i = 0; i < nh; ++i) {
+      const int h = head_begin + i;
+      const int g = h / group;
+      const void* krow = kb + ((static_cast<std::int64_t>(g) * kv.block_size + off) * kv.head_dim) * elem;
+      const void* vrow = vb + ((static_cast<std::int64_t>(g) * kv.block_size + off) * kv.v_dim) * elem;
+      const float s = dot(q + static_cast<std::int64_t>(h) * kv.head_dim, krow, kv.dtype, kv.head_dim, avx) * scale;
+      // Online softmax (Milakov & Gimelshein): rescale the running sums when the max grows.
+      float c = 1.0f;
+      if (s > m[i]) {
+        c = std::exp(m[i] - s);
+        l[i] *= c;
+        m[i] = s;
       }
-      const float p = std::exp(s - m);
-      l += p;
-      const std::int64_t vbase = (static_cast<std::int64_t>(g) * kv.block_size + off) * kv.v_dim;
-      for (int d = 0; d < kv.v_dim; ++d) acc[d] += p * load(vb, kv.dtype, vbase + d);
+      const float p = std::exp(s - m[i]);
+      l[i] += p;
+      accumulate(c, p, vrow, kv.dtype, acc.data() + static_cast<std::size_t>(i) * kv.v_dim, kv.v_dim, avx);
     }
-    float* oh = out + static_cast<std::int64_t>(h) * kv.v_dim;
-    const float inv = l > 0 ? 1.0f / l : 0.0f;
-    for (int d = 0; d < kv.v_dim; ++d) oh[d] = acc[d] * inv;
+  }
+  for (int i = 0; i < nh; ++i) {
+    float* oh = out + static_cast<std::int64_t>(head_begin + i) * kv.v_dim;
+    const float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+    const float* a = acc.data() + static_cast<std::size_t>(i) * kv.v_dim;
+    for (int d = 0; d < kv.v_dim; ++d) oh[d] = a[d] * inv;
   }
 }
 

@@ -4,9 +4,11 @@
 // v_dim]). Causal with an optional sliding window: the query at absolute position `pos` sees
 // keys j with j <= pos and pos - j < window (window 0 = unlimited), as mlx-lm's masks do.
 // GQA: query head h reads KV head h / (n_heads / n_kv_heads). One pass with an online softmax
-// in fp32, so memory does not grow with the context.
+// in fp32, so memory does not grow with the context; the query heads of one KV head read each
+// K/V row once. AVX2 dot products and accumulation with a scalar twin.
 #include <cstdint>
 
+#include "backend/cpu/cpu_features.h"
 #include "core/dtype.h"
 
 namespace mlxcel::cpu {
@@ -24,7 +26,7 @@ struct PagedKv {
 // q: [n_heads, head_dim] fp32; out: [n_heads, v_dim] fp32. Heads in [head_begin, head_end).
 void paged_attention(const float* q, int n_heads, const PagedKv& kv, std::int64_t pos,
                      std::int64_t window, float scale, float* out, int head_begin = 0,
-                     int head_end = -1);
+                     int head_end = -1, CpuIsa isa = active_isa());
 
 // The same attention with MLX's CPU arithmetic for `--numerics mlx` (mx.fast.
 // scaled_dot_product_attention falls back to ops there): q is scaled by the scale rounded to t,
