@@ -107,3 +107,16 @@ def test_generate_reports_timing_on_stderr(server_model_dir):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip(), "no text on stdout"
     assert "tok/s" in r.stderr and "peak" in r.stderr.lower(), r.stderr
+
+
+def test_run_repl_multi_turn_clear_exit(server_model_dir):
+    r = subprocess.run([str(CLI), "run", str(server_model_dir), "-n", "6", "--temp", "0"],
+                       input="Hello\nHow are you?\n/clear\nHello\n/exit\n", capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    stats = [line for line in r.stderr.splitlines() if line.startswith("prompt:")]
+    assert len(stats) == 3, r.stderr
+    n = [int(s.split()[1]) for s in stats]
+    assert n[1] > n[0], "the second turn must carry the first (multi-turn history)"
+    assert n[2] == n[0], "/clear must start a fresh conversation"
+    assert "(conversation cleared)" in r.stdout + r.stderr
