@@ -6,7 +6,8 @@ mxfp4, mxfp8, plus a mixed-bits recipe) is traced by mlx-lm and by mlxcel at w1,
 With --numerics mlx, mlxcel reproduces MLX's CPU arithmetic, so the gate is strict: zero
 disagreements at decided positions (margin >= 2.0, with decided positions present), the same 32
 greedy tokens, and the reference's top-1 logit bit-identical at every traced position. The
-default engine (fp32 accumulation) is held to the decided-position gate on a few fixtures."""
+default engine (fp32 accumulation) is held to the decided-position gate on the unquantized
+fixtures."""
 import sys
 from pathlib import Path
 
@@ -44,7 +45,12 @@ def test_mlx_numerics_match_mlx_lm(all_fixtures, tmp_path, name):
     assert r["greedy"]["equal"], f"{name}: greedy tokens differ at {r['greedy']['first_difference']}"
 
 
-@pytest.mark.parametrize("name", ["llama-bf16", "qwen3-affine4", "qwen3_moe-mxfp4", "gemma3_text-affine8"])
+# The unquantized fixtures: there MLX's CPU backend accumulates in fp32 too, so the default engine
+# differs from it only by summation order and must agree at every decided position. (For
+# quantized bf16 models MLX's CPU reference accumulates in bf16, a few ulps of noise per layer,
+# and the fp32 engine legitimately disagrees at a margin-2.0 position now and then: those are
+# measured and reported, not gated; docs/numerics.md.)
+@pytest.mark.parametrize("name", ["llama-bf16", "qwen3-bf16", "gemma3_text-bf16", "phi3-bf16", "qwen3_moe-f32"])
 def test_fast_numerics_decided_positions(all_fixtures, tmp_path, name):
     r = check_fixture(str(CLI), str(all_fixtures / name), tmp_path, "fast")
     print(name, "fast:", describe(r))
