@@ -95,11 +95,14 @@ void decode_q_row(const QWeight& q, std::int64_t r, float* out) {
       }
     return;
   }
-  const bool perm = nibble_order(q);
-  for (std::int64_t j = 0; j < q.k; ++j) {
-    const std::int64_t src = perm ? (j & ~std::int64_t{15}) + lane_src(static_cast<int>(j & 15)) : j;
-    const std::uint32_t c = code_at(w, src, q.bits);
-    out[j] = q.mode == QMode::kAffine ? static_cast<float>(c) : fp_elem(q.mode, c);
+  // Other widths (affine only, natural order): 8 elements fill exactly `bits` bytes (K is a
+  // multiple of 32), read as one little-endian integer.
+  const std::uint64_t mask = (1ull << q.bits) - 1;
+  for (std::int64_t j = 0; j < q.k; j += 8) {
+    const std::uint8_t* p = bytes + j / 8 * q.bits;
+    std::uint64_t v = 0;
+    for (int b = 0; b < q.bits; ++b) v |= static_cast<std::uint64_t>(p[b]) << (8 * b);
+    for (int l = 0; l < 8; ++l) out[j + l] = static_cast<float>(static_cast<std::int32_t>((v >> (l * q.bits)) & mask));
   }
 }
 
