@@ -97,8 +97,9 @@ enum class QDecode : std::uint8_t {
 };
 
 // Quantized: y[i * ldy + j] for i < mr, j < nrows (see the chain above). x holds the mr rows in
-// the decoder's lane order (stride ldx); scales [nrows][groups] fp32; for affine, biases
-// [nrows][groups8] and xsum [mr][groups8] fp32 with groups8 = round_up(groups, 8), zero-padded.
+// the decoder's lane order (stride ldx); scales and, for affine, biases [nrows][groups] fp32;
+// xsum [mr][groups8] fp32 with groups8 = round_up(groups, 8), zero-padded (the bias chain's last
+// vector takes zero lanes past the last group).
 struct QDotArgs {
   QDecode decode = QDecode::kF32;
   const std::uint8_t* w = nullptr;

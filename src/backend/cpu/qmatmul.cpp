@@ -158,9 +158,9 @@ void qdot_rows_scalar(const QDotArgs& a) {
         for (int l = 0; l < kLanes; ++l) acc[l] = acc[l] + s * d[l];
       }
       if (a.biases) {
-        for (std::int64_t g = 0; g < a.groups8; g += kLanes)
-          for (int l = 0; l < kLanes; ++l)
-            acc[l] = acc[l] + a.biases[j * a.groups8 + g + l] * a.xsum[i * a.groups8 + g + l];
+        for (std::int64_t g = 0; g < a.groups; g += kLanes)
+          for (int l = 0; l < kLanes && g + l < a.groups; ++l)
+            acc[l] = acc[l] + a.biases[j * a.groups + g + l] * a.xsum[i * a.groups8 + g + l];
       }
       float v = hsum8(acc);
       if (a.bias) v += a.bias[j];
@@ -220,7 +220,7 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
   const std::int64_t row_bytes = k * q.bits / 8;
   pool.parallel_for(ws.n_chunks * ws.m_blocks, 1, [&](std::int64_t t0, std::int64_t t1) {
     std::vector<float> scales(static_cast<std::size_t>(ws.n_chunk * groups));
-    std::vector<float> biases(affine ? static_cast<std::size_t>(ws.n_chunk * groups8) : 0);
+    std::vector<float> biases(affine ? static_cast<std::size_t>(ws.n_chunk * groups) : 0);
     std::vector<float> qrows(dec == QDecode::kF32 ? static_cast<std::size_t>(ws.n_chunk * k) : 0);
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t n0 = (t % ws.n_chunks) * ws.n_chunk, n1 = std::min(n, n0 + ws.n_chunk);
@@ -229,11 +229,7 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
       const std::int64_t rows = n1 - n0;
       if (affine) {
         to_f32(q.scales, q.scales_dtype, n0 * groups, rows * groups, scales.data(), use_avx2);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          float* b = &biases[r * groups8];
-          to_f32(q.biases, q.scales_dtype, (n0 + r) * groups, groups, b, use_avx2);
-          std::fill(b + groups, b + groups8, 0.0f);
-        }
+        to_f32(q.biases, q.scales_dtype, n0 * groups, rows * groups, biases.data(), use_avx2);
       } else {
         const auto* sb = static_cast<const std::uint8_t*>(q.scales) + n0 * groups;
         for (std::int64_t i = 0; i < rows * groups; ++i) scales[i] = lut.scale[sb[i]];

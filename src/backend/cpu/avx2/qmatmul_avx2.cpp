@@ -138,9 +138,15 @@ void rows(const QDotArgs& a) {
     for (int i = 0; i < MR; ++i) {
       __m256 c = _mm256_load_ps(acc + (j * MR + i) * 8);
       if (a.biases) {
-        for (std::int64_t g = 0; g < a.groups8; g += 8)
-          c = _mm256_fmadd_ps(_mm256_loadu_ps(a.biases + j * a.groups8 + g),
-                              _mm256_loadu_ps(a.xsum + i * a.groups8 + g), c);
+        const float* b = a.biases + j * a.groups;
+        std::int64_t g = 0;
+        for (; g + 8 <= a.groups; g += 8)
+          c = _mm256_fmadd_ps(_mm256_loadu_ps(b + g), _mm256_loadu_ps(a.xsum + i * a.groups8 + g), c);
+        if (g < a.groups) {  // zero lanes past the last group, as xsum's padding
+          alignas(32) float tail[8] = {};
+          std::copy(b + g, b + a.groups, tail);
+          c = _mm256_fmadd_ps(_mm256_load_ps(tail), _mm256_loadu_ps(a.xsum + i * a.groups8 + g), c);
+        }
       }
       float v = hsum(c);
       if (a.bias) v += a.bias[j];
