@@ -5,21 +5,12 @@
 #include <vector>
 
 #include "backend/cpu/avx2/kernels.h"
+#include "backend/cpu/dot_kernels.h"
 #include "backend/cpu/kernel_util.h"
 #include "core/error.h"
 
 namespace mlxcel::cpu {
 namespace {
-
-// Blocking. The GEMM packs a chunk of kNc weight rows x kKc columns into f32, laid out k-major
-// ([kKc][kNc]) so that the 6x16 register tile reads 16 consecutive outputs per k step; one
-// x row element is broadcast per row of the tile. 256 x 64 x 4 B = 64 KiB: stays in L2 while
-// every 6-row tile of x passes over it.
-constexpr std::int64_t kKc = 256;
-constexpr std::int64_t kNc = 64;
-constexpr std::int64_t kMr = 6;
-constexpr std::int64_t kNr = 16;
-constexpr std::int64_t kGemvMaxM = 4;
 
 void validate(const MatmulArgs& a) {
   MLXCEL_CHECK(a.m >= 0 && a.n >= 0 && a.k >= 0, ErrorCategory::kInternal,
@@ -34,65 +25,29 @@ void validate(const MatmulArgs& a) {
                ErrorCategory::kInternal, "matmul: row stride smaller than the row");
 }
 
+// The scalar twin of avx2::dot_rows: the same 8-lane chain and reduction tree per output, with
+// a separate multiply and add (dot_kernels.h).
 template <typename T>
-void gemv_rows_scalar_t(const float* x32, std::int64_t m, std::int64_t k, const T* w,
-                        std::int64_t n0, std::int64_t n1, float* y32, std::int64_t ldy) {
-  for (std::int64_t n = n0; n < n1; ++n) {
-    const T* wr = w + n * k;
-    for (std::int64_t i = 0; i < m; ++i) {
-      const float* xr = x32 + i * k;
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      std::int64_t c = 0;
-      for (; c + 8 <= k; c += 8) {
-        for (int j = 0; j < 8; ++j) acc[j] += xr[c + j] * to_f32(wr[c + j]);
-      }
-      float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-      for (; c < k; ++c) s += xr[c] * to_f32(wr[c]);
-      y32[i * ldy + n] = s;
+void dot_rows_scalar_t(const DotArgs& a, std::vector<float>& wrow) {
+  const T* w = static_cast<const T*>(a.w);
+  wrow.assign(static_cast<std::size_t>(detail::ceil_div(a.k, kLanes) * kLanes), 0.0f);
+  for (std::int64_t j = 0; j < a.nrows; ++j) {
+    for (std::int64_t e = 0; e < a.k; ++e) wrow[e] = to_f32(w[j * a.k + e]);
+    for (std::int64_t i = 0; i < a.mr; ++i) {
+      const float* x = a.x + i * a.ldx;
+      float acc[kLanes] = {};
+      for (std::int64_t e = 0; e < a.k; e += kLanes)
+        for (int l = 0; l < kLanes; ++l) acc[l] = acc[l] + x[e + l] * wrow[e + l];
+      float v = hsum8(acc);
+      if (a.bias) v += a.bias[j];
+      a.y[i * a.ldy + j] = v;
     }
   }
 }
 
-template <typename T>
-void gemm_block_scalar_t(const float* x32, std::int64_t k, const T* w, std::int64_t n0,
-                         std::int64_t n1, std::int64_t m0, std::int64_t m1, float* y32,
-                         std::int64_t ldy, float* pack) {
-  const std::int64_t nc = n1 - n0;
-  for (std::int64_t kb = 0; kb < k; kb += kKc) {
-    const std::int64_t kc = std::min(kKc, k - kb);
-    for (std::int64_t n = 0; n < nc; ++n) {
-      const T* wr = w + (n0 + n) * k + kb;
-      for (std::int64_t c = 0; c < kc; ++c) pack[c * kNc + n] = to_f32(wr[c]);
-    }
-    for (std::int64_t m = m0; m < m1; ++m) {
-      const float* xr = x32 + m * k + kb;
-      float* yr = y32 + m * ldy + n0;
-      float acc[kNc];
-      for (std::int64_t n = 0; n < nc; ++n) acc[n] = kb == 0 ? 0.0f : yr[n];
-      for (std::int64_t c = 0; c < kc; ++c) {
-        const float xv = xr[c];
-        const float* pr = pack + c * kNc;
-        for (std::int64_t n = 0; n < nc; ++n) acc[n] += xv * pr[n];
-      }
-      for (std::int64_t n = 0; n < nc; ++n) yr[n] = acc[n];
-    }
-  }
-}
-
-void gemv_rows_scalar(const float* x32, std::int64_t m, std::int64_t k, const void* w, DType wt,
-                      std::int64_t n0, std::int64_t n1, float* y32, std::int64_t ldy) {
-  detail::dispatch_float("matmul", wt, [&](auto tag) {
-    using T = decltype(tag);
-    gemv_rows_scalar_t(x32, m, k, static_cast<const T*>(w), n0, n1, y32, ldy);
-  });
-}
-
-void gemm_block_scalar(const float* x32, std::int64_t k, const void* w, DType wt, std::int64_t n0,
-                       std::int64_t n1, std::int64_t m0, std::int64_t m1, float* y32,
-                       std::int64_t ldy, float* pack) {
-  detail::dispatch_float("matmul", wt, [&](auto tag) {
-    using T = decltype(tag);
-    gemm_block_scalar_t(x32, k, static_cast<const T*>(w), n0, n1, m0, m1, y32, ldy, pack);
+void dot_rows_scalar(const DotArgs& a, std::vector<float>& wrow) {
+  detail::dispatch_float("matmul", a.w_dtype, [&](auto tag) {
+    dot_rows_scalar_t<decltype(tag)>(a, wrow);
   });
 }
 
@@ -131,70 +86,60 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
   const std::int64_t ys = a.y_row_stride ? a.y_row_stride : n;
   const std::size_t xe = dtype_size(a.x_dtype), ye = dtype_size(a.y_dtype);
 
-  // x to contiguous f32 once (M x K is small next to W).
-  std::vector<float> x32(static_cast<std::size_t>(m * k));
+  // x rows zero-padded to whole 8-lane chunks, so the last chunk of every dot is a full vector.
+  const std::int64_t ldx = detail::ceil_div(k, kLanes) * kLanes;
+  std::vector<float> x32(static_cast<std::size_t>(m * ldx), 0.0f);
   pool.parallel_for(m, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(k, 1)),
                     [&](std::int64_t r0, std::int64_t r1) {
                       for (std::int64_t r = r0; r < r1; ++r) {
                         const void* src = static_cast<const char*>(a.x) + r * xs * xe;
-                        if (use_avx2) avx2::convert_to_f32(src, a.x_dtype, &x32[r * k], k);
-                        else detail::load_f32(src, a.x_dtype, &x32[r * k], k);
+                        if (use_avx2) avx2::convert_to_f32(src, a.x_dtype, &x32[r * ldx], k);
+                        else detail::load_f32(src, a.x_dtype, &x32[r * ldx], k);
                       }
                     });
-
-  // f32 results, leading dimension padded to the register tile width.
-  const std::int64_t ldy = detail::ceil_div(n, kNr) * kNr;
-  std::vector<float> y32(static_cast<std::size_t>(m * ldy));
-
-  if (m <= kGemvMaxM) {
-    // Each task streams a contiguous band of W rows once for all M rows of x.
-    pool.parallel_for(n, 16, [&](std::int64_t n0, std::int64_t n1) {
-      if (use_avx2) avx2::gemv_rows(x32.data(), m, k, a.w, a.w_dtype, n0, n1, y32.data(), ldy);
-      else gemv_rows_scalar(x32.data(), m, k, a.w, a.w_dtype, n0, n1, y32.data(), ldy);
-    });
-  } else {
-    const std::int64_t n_chunks = detail::ceil_div(n, kNc);
-    // Split M as well when there are too few weight chunks to keep every thread busy.
-    std::int64_t m_block = m;
-    const std::int64_t want = static_cast<std::int64_t>(pool.size()) * 4;
-    if (n_chunks < want) {
-      const std::int64_t m_splits = std::min(detail::ceil_div(want, n_chunks),
-                                             detail::ceil_div(m, kMr));
-      m_block = detail::ceil_div(detail::ceil_div(m, m_splits), kMr) * kMr;
-    }
-    const std::int64_t m_blocks = detail::ceil_div(m, m_block);
-    pool.parallel_for(n_chunks * m_blocks, 1, [&](std::int64_t t0, std::int64_t t1) {
-      std::vector<float> pack(static_cast<std::size_t>(kKc * kNc), 0.0f);
-      for (std::int64_t t = t0; t < t1; ++t) {
-        const std::int64_t nc = t % n_chunks, mb = t / n_chunks;
-        const std::int64_t n0 = nc * kNc, n1 = std::min(n, n0 + kNc);
-        const std::int64_t m0 = mb * m_block, m1 = std::min(m, m0 + m_block);
-        if (use_avx2) {
-          avx2::gemm_block(x32.data(), k, a.w, a.w_dtype, n0, n1, m0, m1, y32.data(), ldy,
-                           pack.data());
-        } else {
-          gemm_block_scalar(x32.data(), k, a.w, a.w_dtype, n0, n1, m0, m1, y32.data(), ldy,
-                            pack.data());
-        }
-      }
-    });
-  }
-
-  // Bias and the one rounding to y's dtype.
   std::vector<float> bias;
   if (a.bias) {
     bias.resize(static_cast<std::size_t>(n));
     detail::load_f32(a.bias, a.w_dtype, bias.data(), n);
   }
+  // f32 results go straight to y when y is f32, else through a buffer and one rounding.
+  const bool direct = a.y_dtype == DType::kF32;
+  std::vector<float> y32(direct ? 0 : static_cast<std::size_t>(m * n));
+  float* yf = direct ? static_cast<float*>(a.y) : y32.data();
+  const std::int64_t ldy = direct ? ys : n;
+
+  const WorkSplit ws = split_work(m, n, kMaxRowsPerCall, pool.size());
+  const std::int64_t mt = m_tile(m);
+  const std::size_t w_esize = dtype_size(a.w_dtype);
+  pool.parallel_for(ws.n_chunks * ws.m_blocks, 1, [&](std::int64_t t0, std::int64_t t1) {
+    std::vector<float> wrow;
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t n0 = (t % ws.n_chunks) * ws.n_chunk, n1 = std::min(n, n0 + ws.n_chunk);
+      const std::int64_t m0 = (t / ws.n_chunks) * ws.m_block, m1 = std::min(m, m0 + ws.m_block);
+      for (std::int64_t i = m0; i < m1; i += mt) {
+        DotArgs d;
+        d.x = &x32[i * ldx];
+        d.ldx = ldx;
+        d.w = static_cast<const char*>(a.w) + n0 * k * w_esize;
+        d.w_dtype = a.w_dtype;
+        d.bias = bias.empty() ? nullptr : bias.data() + n0;
+        d.y = yf + i * ldy + n0;
+        d.ldy = ldy;
+        d.mr = std::min(mt, m1 - i);
+        d.nrows = n1 - n0;
+        d.k = k;
+        if (use_avx2) avx2::dot_rows(d);
+        else dot_rows_scalar(d, wrow);
+      }
+    }
+  });
+  if (direct) return;
+
   pool.parallel_for(m, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      float* row = &y32[r * ldy];
-      if (!bias.empty()) {
-        for (std::int64_t j = 0; j < n; ++j) row[j] += bias[j];
-      }
       void* dst = static_cast<char*>(a.y) + r * ys * ye;
-      if (use_avx2) avx2::convert_from_f32(row, a.y_dtype, dst, n);
-      else detail::store_f32(row, a.y_dtype, dst, n);
+      if (use_avx2) avx2::convert_from_f32(&y32[r * n], a.y_dtype, dst, n);
+      else detail::store_f32(&y32[r * n], a.y_dtype, dst, n);
     }
   });
 }

@@ -6,8 +6,11 @@
 // products are accumulated in f32 and rounded once to y's dtype.
 //
 // matmul_ref is the scalar, single-threaded oracle (double accumulation). matmul is the
-// optimized kernel: GEMV path for M <= 4 (streams W once, bandwidth-bound), packed GEMM with a
-// 6x16 register tile for larger M; both multithreaded over N (and M when N is small).
+// optimized kernel, row-stable: y[m][n] is bit-identical whatever M is, whichever row m it is
+// and however the work is split over threads (backend/cpu/dot_kernels.h). Each output is one
+// 8-lane fp32 FMA chain over K; calls of up to 4 rows of x share every W vector they load (M <= 4
+// streams W once), larger M runs 3-row register tiles with x blocks held in L1; threads split
+// N (and M when N is small).
 #include <cstdint>
 
 #include "backend/cpu/cpu_features.h"

@@ -3,16 +3,15 @@
 // backend/cpu/*.cpp only reach them after checking isa_supported(CpuIsa::kAvx2).
 #include <cstdint>
 
+#include "backend/cpu/dot_kernels.h"
 #include "core/dtype.h"
 
 namespace mlxcel::cpu::avx2 {
 
-// matmul: see backend/cpu/matmul.cpp for the blocking these implement.
-void gemv_rows(const float* x32, std::int64_t m, std::int64_t k, const void* w, DType w_dtype,
-               std::int64_t n0, std::int64_t n1, float* y32, std::int64_t ldy);
-void gemm_block(const float* x32, std::int64_t k, const void* w, DType w_dtype, std::int64_t n0,
-                std::int64_t n1, std::int64_t m0, std::int64_t m1, float* y32, std::int64_t ldy,
-                float* pack);
+// Row-stable dense and quantized dot kernels (backend/cpu/dot_kernels.h): a.mr rows of x
+// against a.nrows rows of W, every output's chain fixed by x row and W row alone.
+void dot_rows(const DotArgs& a);
+void qdot_rows(const QDotArgs& a);
 
 // Row kernels over f32 scratch or typed rows (T erased by dtype).
 void convert_to_f32(const void* src, DType t, float* dst, std::int64_t n);

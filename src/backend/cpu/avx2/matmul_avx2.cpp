@@ -1,4 +1,7 @@
-// AVX2/FMA matmul inner kernels (see backend/cpu/matmul.cpp for the blocking).
+// AVX2/FMA dense dot kernel: the row-stable chain of backend/cpu/dot_kernels.h over MR x NR
+// register tiles. W rows are read in their own dtype and widened in registers (no packing), so
+// M = 1 streams W once and prefill reuses each widened vector for MR rows of x.
+// Built with -ffp-contract=off: the only fused operations are the explicit _mm256_fmadd_ps.
 #include <algorithm>
 
 #include "backend/cpu/avx2/kernels.h"
@@ -8,147 +11,75 @@
 namespace mlxcel::cpu::avx2 {
 namespace {
 
-constexpr std::int64_t kKc = 256;
-constexpr std::int64_t kNc = 64;
-constexpr std::int64_t kNr = 16;
-
-// One W row against MR rows of x; U independent accumulators per row hide the FMA latency.
-template <int MR, int U, typename T>
-void gemv_row(const float* x32, std::int64_t k, const T* wr, float* out, std::int64_t ldy) {
-  __m256 acc[MR][U];
-  for (int i = 0; i < MR; ++i)
-    for (int u = 0; u < U; ++u) acc[i][u] = _mm256_setzero_ps();
-  std::int64_t c = 0;
-  for (; c + 8 * U <= k; c += 8 * U) {
-    for (int u = 0; u < U; ++u) {
-      __m256 wv = load8(wr + c + 8 * u);
-      for (int i = 0; i < MR; ++i)
-        acc[i][u] = _mm256_fmadd_ps(_mm256_loadu_ps(x32 + i * k + c + 8 * u), wv, acc[i][u]);
-    }
-  }
-  for (; c + 8 <= k; c += 8) {
-    __m256 wv = load8(wr + c);
-    for (int i = 0; i < MR; ++i)
-      acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x32 + i * k + c), wv, acc[i][0]);
-  }
-  for (int i = 0; i < MR; ++i) {
-    __m256 s = acc[i][0];
-    for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[i][u]);
-    float t = hsum(s);
-    for (std::int64_t cc = c; cc < k; ++cc) t += x32[i * k + cc] * to_f32(wr[cc]);
-    out[i * ldy] = t;
-  }
-}
-
-template <typename T>
-void gemv_rows_t(const float* x32, std::int64_t m, std::int64_t k, const T* w, std::int64_t n0,
-                 std::int64_t n1, float* y32, std::int64_t ldy) {
-  for (std::int64_t n = n0; n < n1; ++n) {
-    const T* wr = w + n * k;
-    if (n + 4 < n1) _mm_prefetch(reinterpret_cast<const char*>(wr + 4 * k), _MM_HINT_T0);
-    switch (m) {
-      case 1: gemv_row<1, 4>(x32, k, wr, y32 + n, ldy); break;
-      case 2: gemv_row<2, 4>(x32, k, wr, y32 + n, ldy); break;
-      case 3: gemv_row<3, 2>(x32, k, wr, y32 + n, ldy); break;
-      default: gemv_row<4, 1>(x32, k, wr, y32 + n, ldy); break;
-    }
-  }
-}
-
-// C[MR x 16] (+)= X[MR x kc] · P[kc x 16], P row stride kNc, X row stride ldx.
+// W rows per register tile for MR rows of x: MR * NR accumulators plus MR x vectors and one W
+// vector fit the 16 ymm registers, and MR * NR >= 8 keeps enough FMAs in flight.
 template <int MR>
-void micro_kernel(const float* x, std::int64_t ldx, const float* p, std::int64_t kc, float* c,
-                  std::int64_t ldc, bool accumulate) {
-  __m256 acc0[MR], acc1[MR];
-  for (int i = 0; i < MR; ++i) {
-    acc0[i] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
-    acc1[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+constexpr int kNr = MR == 1 ? 8 : MR == 4 ? 2 : 4;
+
+// Elements [0, n) of p widened to f32, zeros above (the zero-padded last chunk).
+template <typename T>
+inline __m256 load_partial(const T* p, std::int64_t n) {
+  T tmp[8] = {};
+  std::copy(p, p + n, tmp);
+  return load8(tmp);
+}
+
+// acc[(j * MR + i) * 8] (+)= x_i · W_j over elements [kb, ke) for j < NR.
+template <int MR, int NR, typename T>
+void tile(const float* x, std::int64_t ldx, const T* w, std::int64_t k, std::int64_t kb,
+          std::int64_t ke, float* acc) {
+  __m256 c[MR][NR];
+  for (int j = 0; j < NR; ++j)
+    for (int i = 0; i < MR; ++i) c[i][j] = _mm256_load_ps(acc + (j * MR + i) * 8);
+  std::int64_t e = kb;
+  for (; e + 8 <= ke; e += 8) {
+    for (int j = 0; j < NR; ++j) {
+      const __m256 wv = load8(w + j * k + e);
+      for (int i = 0; i < MR; ++i) c[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + e), wv, c[i][j]);
+    }
   }
-  for (std::int64_t q = 0; q < kc; ++q) {
-    __m256 b0 = _mm256_loadu_ps(p + q * kNc);
-    __m256 b1 = _mm256_loadu_ps(p + q * kNc + 8);
+  if (e < ke) {
+    for (int j = 0; j < NR; ++j) {
+      const __m256 wv = load_partial(w + j * k + e, ke - e);
+      for (int i = 0; i < MR; ++i) c[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + e), wv, c[i][j]);
+    }
+  }
+  for (int j = 0; j < NR; ++j)
+    for (int i = 0; i < MR; ++i) _mm256_store_ps(acc + (j * MR + i) * 8, c[i][j]);
+}
+
+template <int MR, typename T>
+void rows(const DotArgs& a) {
+  constexpr int NR = kNr<MR>;
+  const T* w = static_cast<const T*>(a.w);
+  const std::int64_t kc = k_block(MR, a.k, 8);
+  alignas(32) float acc[kMaxRowsPerCall * MR * 8];
+  std::fill(acc, acc + a.nrows * MR * 8, 0.0f);
+  for (std::int64_t kb = 0; kb < a.k; kb += kc) {
+    const std::int64_t ke = std::min(a.k, kb + kc);
+    std::int64_t j = 0;
+    for (; j + NR <= a.nrows; j += NR) tile<MR, NR>(a.x, a.ldx, w + j * a.k, a.k, kb, ke, acc + j * MR * 8);
+    for (; j < a.nrows; ++j) tile<MR, 1>(a.x, a.ldx, w + j * a.k, a.k, kb, ke, acc + j * MR * 8);
+  }
+  for (std::int64_t j = 0; j < a.nrows; ++j)
     for (int i = 0; i < MR; ++i) {
-      __m256 a = _mm256_broadcast_ss(x + i * ldx + q);
-      acc0[i] = _mm256_fmadd_ps(a, b0, acc0[i]);
-      acc1[i] = _mm256_fmadd_ps(a, b1, acc1[i]);
+      float v = hsum(_mm256_load_ps(acc + (j * MR + i) * 8));
+      if (a.bias) v += a.bias[j];
+      a.y[i * a.ldy + j] = v;
     }
-  }
-  for (int i = 0; i < MR; ++i) {
-    _mm256_storeu_ps(c + i * ldc, acc0[i]);
-    _mm256_storeu_ps(c + i * ldc + 8, acc1[i]);
-  }
-}
-
-void run_micro(std::int64_t mr, const float* x, std::int64_t ldx, const float* p, std::int64_t kc,
-               float* c, std::int64_t ldc, bool accumulate) {
-  switch (mr) {
-    case 1: micro_kernel<1>(x, ldx, p, kc, c, ldc, accumulate); break;
-    case 2: micro_kernel<2>(x, ldx, p, kc, c, ldc, accumulate); break;
-    case 3: micro_kernel<3>(x, ldx, p, kc, c, ldc, accumulate); break;
-    case 4: micro_kernel<4>(x, ldx, p, kc, c, ldc, accumulate); break;
-    case 5: micro_kernel<5>(x, ldx, p, kc, c, ldc, accumulate); break;
-    default: micro_kernel<6>(x, ldx, p, kc, c, ldc, accumulate); break;
-  }
-}
-
-// Packs W[n0 + r, kb + q] (r < nc, q < kc) as f32 into p[q * kNc + r]; columns nc..padded are 0.
-template <typename T>
-void pack_w(const T* w, std::int64_t k, std::int64_t n0, std::int64_t nc, std::int64_t kb,
-            std::int64_t kc, float* p) {
-  const std::int64_t padded = detail::ceil_div(nc, kNr) * kNr;
-  alignas(32) float tmp[8];
-  for (std::int64_t r = 0; r < nc; ++r) {
-    const T* wr = w + (n0 + r) * k + kb;
-    std::int64_t q = 0;
-    for (; q + 8 <= kc; q += 8) {
-      _mm256_store_ps(tmp, load8(wr + q));
-      for (int j = 0; j < 8; ++j) p[(q + j) * kNc + r] = tmp[j];
-    }
-    for (; q < kc; ++q) p[q * kNc + r] = to_f32(wr[q]);
-  }
-  for (std::int64_t r = nc; r < padded; ++r)
-    for (std::int64_t q = 0; q < kc; ++q) p[q * kNc + r] = 0.0f;
-}
-
-template <typename T>
-void gemm_block_t(const float* x32, std::int64_t k, const T* w, std::int64_t n0, std::int64_t n1,
-                  std::int64_t m0, std::int64_t m1, float* y32, std::int64_t ldy, float* pack) {
-  const std::int64_t nc = n1 - n0;
-  const std::int64_t panels = detail::ceil_div(nc, kNr);
-  if (k == 0) {
-    for (std::int64_t m = m0; m < m1; ++m)
-      for (std::int64_t r = 0; r < panels * kNr; ++r) y32[m * ldy + n0 + r] = 0.0f;
-    return;
-  }
-  for (std::int64_t kb = 0; kb < k; kb += kKc) {
-    const std::int64_t kc = std::min(kKc, k - kb);
-    pack_w(w, k, n0, nc, kb, kc, pack);
-    for (std::int64_t m = m0; m < m1; m += 6) {
-      const std::int64_t mr = std::min<std::int64_t>(6, m1 - m);
-      for (std::int64_t pnl = 0; pnl < panels; ++pnl) {
-        run_micro(mr, x32 + m * k + kb, k, pack + pnl * kNr, kc, y32 + m * ldy + n0 + pnl * kNr,
-                  ldy, kb > 0);
-      }
-    }
-  }
 }
 
 }  // namespace
 
-void gemv_rows(const float* x32, std::int64_t m, std::int64_t k, const void* w, DType w_dtype,
-               std::int64_t n0, std::int64_t n1, float* y32, std::int64_t ldy) {
-  detail::dispatch_float("matmul", w_dtype, [&](auto tag) {
+void dot_rows(const DotArgs& a) {
+  detail::dispatch_float("matmul", a.w_dtype, [&](auto tag) {
     using T = decltype(tag);
-    gemv_rows_t(x32, m, k, static_cast<const T*>(w), n0, n1, y32, ldy);
-  });
-}
-
-void gemm_block(const float* x32, std::int64_t k, const void* w, DType w_dtype, std::int64_t n0,
-                std::int64_t n1, std::int64_t m0, std::int64_t m1, float* y32, std::int64_t ldy,
-                float* pack) {
-  detail::dispatch_float("matmul", w_dtype, [&](auto tag) {
-    using T = decltype(tag);
-    gemm_block_t(x32, k, static_cast<const T*>(w), n0, n1, m0, m1, y32, ldy, pack);
+    switch (a.mr) {
+      case 1: rows<1, T>(a); break;
+      case 2: rows<2, T>(a); break;
+      case 3: rows<3, T>(a); break;
+      default: rows<4, T>(a); break;
+    }
   });
 }
 
