@@ -93,8 +93,8 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
                     [&](std::int64_t r0, std::int64_t r1) {
                       for (std::int64_t r = r0; r < r1; ++r) {
                         const void* src = static_cast<const char*>(a.x) + r * xs * xe;
-                        if (use_avx2) avx2::convert_to_f32(src, a.x_dtype, &x32[r * ldx], k);
-                        else detail::load_f32(src, a.x_dtype, &x32[r * ldx], k);
+                        if (use_avx2) avx2::convert_to_f32(src, a.x_dtype, x32.data() + r * ldx, k);
+                        else detail::load_f32(src, a.x_dtype, x32.data() + r * ldx, k);
                       }
                     });
   std::vector<float> bias;
@@ -118,7 +118,7 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
       const std::int64_t m0 = (t / ws.n_chunks) * ws.m_block, m1 = std::min(m, m0 + ws.m_block);
       for (std::int64_t i = m0; i < m1; i += mt) {
         DotArgs d;
-        d.x = &x32[i * ldx];
+        d.x = x32.data() + i * ldx;
         d.ldx = ldx;
         d.w = static_cast<const char*>(a.w) + n0 * k * w_esize;
         d.w_dtype = a.w_dtype;
@@ -138,8 +138,8 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
   pool.parallel_for(m, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       void* dst = static_cast<char*>(a.y) + r * ys * ye;
-      if (use_avx2) avx2::convert_from_f32(&y32[r * n], a.y_dtype, dst, n);
-      else detail::store_f32(&y32[r * n], a.y_dtype, dst, n);
+      if (use_avx2) avx2::convert_from_f32(y32.data() + r * n, a.y_dtype, dst, n);
+      else detail::store_f32(y32.data() + r * n, a.y_dtype, dst, n);
     }
   });
 }
