@@ -26,29 +26,35 @@ void validate(const MatmulArgs& a) {
 }
 
 // The scalar twin of avx2::dot_rows: the same 8-lane chain and reduction tree per output, with
-// a separate multiply and add (dot_kernels.h).
+// a separate multiply and add (dot_kernels.h). Four W rows at a time share each x load.
 template <typename T>
-void dot_rows_scalar_t(const DotArgs& a, std::vector<float>& wrow) {
+void dot_rows_scalar_t(const DotArgs& a) {
+  constexpr int kRows = 4;
   const T* w = static_cast<const T*>(a.w);
-  wrow.assign(static_cast<std::size_t>(detail::ceil_div(a.k, kLanes) * kLanes), 0.0f);
-  for (std::int64_t j = 0; j < a.nrows; ++j) {
-    for (std::int64_t e = 0; e < a.k; ++e) wrow[e] = to_f32(w[j * a.k + e]);
+  const std::int64_t full = a.k / kLanes * kLanes;
+  for (std::int64_t j0 = 0; j0 < a.nrows; j0 += kRows) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, a.nrows - j0));
     for (std::int64_t i = 0; i < a.mr; ++i) {
       const float* x = a.x + i * a.ldx;
-      float acc[kLanes] = {};
-      for (std::int64_t e = 0; e < a.k; e += kLanes)
-        for (int l = 0; l < kLanes; ++l) acc[l] = acc[l] + x[e + l] * wrow[e + l];
-      float v = hsum8(acc);
-      if (a.bias) v += a.bias[j];
-      a.y[i * a.ldy + j] = v;
+      float acc[kRows][kLanes] = {};
+      for (std::int64_t e = 0; e < full; e += kLanes)
+        for (int r = 0; r < nr; ++r) {
+          const T* wr = w + (j0 + r) * a.k + e;
+          for (int l = 0; l < kLanes; ++l) acc[r][l] = acc[r][l] + x[e + l] * to_f32(wr[l]);
+        }
+      for (int r = 0; r < nr; ++r) {
+        const T* wr = w + (j0 + r) * a.k;
+        for (std::int64_t e = full; e < a.k; ++e) acc[r][e - full] = acc[r][e - full] + x[e] * to_f32(wr[e]);
+        float v = hsum8(acc[r]);
+        if (a.bias) v += a.bias[j0 + r];
+        a.y[i * a.ldy + j0 + r] = v;
+      }
     }
   }
 }
 
-void dot_rows_scalar(const DotArgs& a, std::vector<float>& wrow) {
-  detail::dispatch_float("matmul", a.w_dtype, [&](auto tag) {
-    dot_rows_scalar_t<decltype(tag)>(a, wrow);
-  });
+void dot_rows_scalar(const DotArgs& a) {
+  detail::dispatch_float("matmul", a.w_dtype, [&](auto tag) { dot_rows_scalar_t<decltype(tag)>(a); });
 }
 
 }  // namespace
@@ -112,7 +118,6 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
   const std::int64_t mt = m_tile(m);
   const std::size_t w_esize = dtype_size(a.w_dtype);
   pool.parallel_for(ws.n_chunks * ws.m_blocks, 1, [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<float> wrow;
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t n0 = (t % ws.n_chunks) * ws.n_chunk, n1 = std::min(n, n0 + ws.n_chunk);
       const std::int64_t m0 = (t / ws.n_chunks) * ws.m_block, m1 = std::min(m, m0 + ws.m_block);
@@ -129,7 +134,7 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
         d.nrows = n1 - n0;
         d.k = k;
         if (use_avx2) avx2::dot_rows(d);
-        else dot_rows_scalar(d, wrow);
+        else dot_rows_scalar(d);
       }
     }
   });
