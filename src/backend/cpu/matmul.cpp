@@ -26,29 +26,35 @@ void validate(const MatmulArgs& a) {
 }
 
 // The scalar twin of avx2::dot_rows: the same 8-lane chain and reduction tree per output, with
-// a separate multiply and add (dot_kernels.h).
+// a separate multiply and add (dot_kernels.h). Four W rows at a time share each x load.
 template <typename T>
-void dot_rows_scalar_t(const DotArgs& a, std::vector<float>& wrow) {
+void dot_rows_scalar_t(const DotArgs& a) {
+  constexpr int kRows = 4;
   const T* w = static_cast<const T*>(a.w);
-  wrow.assign(static_cast<std::size_t>(detail::ceil_div(a.k, kLanes) * kLanes), 0.0f);
-  for (std::int64_t j = 0; j < a.nrows; ++j) {
-    for (std::int64_t e = 0; e < a.k; ++e) wrow[e] = to_f32(w[j * a.k + e]);
+  const std::int64_t full = a.k / kLanes * kLanes;
+  for (std::int64_t j0 = 0; j0 < a.nrows; j0 += kRows) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(kRows, a.nrows - j0));
     for (std::int64_t i = 0; i < a.mr; ++i) {
       const float* x = a.x + i * a.ldx;
-      float acc[kLanes] = {};
-      for (std::int64_t e = 0; e < a.k; e += kLanes)
-        for (int l = 0; l < kLanes; ++l) acc[l] = acc[l] + x[e + l] * wrow[e + l];
-      float v = hsum8(acc);
-      if (a.bias) v += a.bias[j];
-      a.y[i * a.ldy + j] = v;
+      float acc[kRows][kLanes] = {};
+      for (std::int64_t e = 0; e < full; e += kLanes)
+        for (int r = 0; r < nr; ++r) {
+          const T* wr = w + (j0 + r) * a.k + e;
+          for (int l = 0; l < kLanes; ++l) acc[r][l] = acc[r][l] + x[e + l] * to_f32(wr[l]);
+        }
+      for (int r = 0; r < nr; ++r) {
+        const T* wr = w + (j0 + r) * a.k;
+        for (std::int64_t e = full; e < a.k; ++e) acc[r][e - full] = acc[r][e - full] + x[e] * to_f32(wr[e]);
+        float v = hsum8(acc[r]);
+        if (a.bias) v += a.bias[j0 + r];
+        a.y[i * a.ldy + j0 + r] = v;
+      }
     }
   }
 }
 
-void dot_rows_scalar(const DotArgs& a, std::vector<float>& wrow) {
-  detail::dispatch_float("matmul", a.w_dtype, [&](auto tag) {
-    dot_rows_scalar_t<decltype(tag)>(a, wrow);
-  });
+void dot_rows_scalar(const DotArgs& a) {
+  detail::dispatch_float("matmul", a.w_dtype, [&](auto tag) { dot_rows_scalar_t<decltype(tag)>(a); });
 }
 
 }  // namespace
@@ -93,8 +99,8 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
                     [&](std::int64_t r0, std::int64_t r1) {
                       for (std::int64_t r = r0; r < r1; ++r) {
                         const void* src = static_cast<const char*>(a.x) + r * xs * xe;
-                        if (use_avx2) avx2::convert_to_f32(src, a.x_dtype, &x32[r * ldx], k);
-                        else detail::load_f32(src, a.x_dtype, &x32[r * ldx], k);
+                        if (use_avx2) avx2::convert_to_f32(src, a.x_dtype, x32.data() + r * ldx, k);
+                        else detail::load_f32(src, a.x_dtype, x32.data() + r * ldx, k);
                       }
                     });
   std::vector<float> bias;
@@ -112,13 +118,12 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
   const std::int64_t mt = m_tile(m);
   const std::size_t w_esize = dtype_size(a.w_dtype);
   pool.parallel_for(ws.n_chunks * ws.m_blocks, 1, [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<float> wrow;
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t n0 = (t % ws.n_chunks) * ws.n_chunk, n1 = std::min(n, n0 + ws.n_chunk);
       const std::int64_t m0 = (t / ws.n_chunks) * ws.m_block, m1 = std::min(m, m0 + ws.m_block);
       for (std::int64_t i = m0; i < m1; i += mt) {
         DotArgs d;
-        d.x = &x32[i * ldx];
+        d.x = x32.data() + i * ldx;
         d.ldx = ldx;
         d.w = static_cast<const char*>(a.w) + n0 * k * w_esize;
         d.w_dtype = a.w_dtype;
@@ -129,7 +134,7 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
         d.nrows = n1 - n0;
         d.k = k;
         if (use_avx2) avx2::dot_rows(d);
-        else dot_rows_scalar(d, wrow);
+        else dot_rows_scalar(d);
       }
     }
   });
@@ -138,8 +143,8 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
   pool.parallel_for(m, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       void* dst = static_cast<char*>(a.y) + r * ys * ye;
-      if (use_avx2) avx2::convert_from_f32(&y32[r * n], a.y_dtype, dst, n);
-      else detail::store_f32(&y32[r * n], a.y_dtype, dst, n);
+      if (use_avx2) avx2::convert_from_f32(y32.data() + r * n, a.y_dtype, dst, n);
+      else detail::store_f32(y32.data() + r * n, a.y_dtype, dst, n);
     }
   });
 }

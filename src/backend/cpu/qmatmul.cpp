@@ -235,7 +235,7 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
         for (std::int64_t i = 0; i < rows * groups; ++i) scales[i] = lut.scale[sb[i]];
       }
       if (dec == QDecode::kF32)
-        for (std::int64_t r = n0; r < n1; ++r) decode_q_row(q, r, &qrows[(r - n0) * k]);
+        for (std::int64_t r = n0; r < n1; ++r) decode_q_row(q, r, qrows.data() + (r - n0) * k);
       QDotArgs a;
       a.decode = dec;
       if (dec == QDecode::kF32) {
@@ -257,7 +257,7 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
       a.k = k;
       for (std::int64_t i = m0; i < m1; i += mt) {
         a.x = xl + i * k;
-        a.xsum = affine ? &xsum[i * groups8] : nullptr;
+        a.xsum = affine ? xsum.data() + i * groups8 : nullptr;
         a.y = y + i * n + n0;
         a.mr = std::min(mt, m1 - i);
         if (use_avx2) avx2::qdot_rows(a);
