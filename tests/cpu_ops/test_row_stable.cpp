@@ -250,7 +250,7 @@ TEST_P(RowStableTest, QuantizedMatmulEveryMode) {
   MLXCEL_SKIP_IF_NO_ISA(GetParam());
   std::mt19937 rng(57);
   std::vector<Quant> cases;
-  for (int bits : {2, 3, 4, 5, 6, 8})
+  for (int bits : {1, 2, 3, 4, 5, 6, 8})
     for (int gs : {32, 64, 128}) cases.push_back({{QuantMode::kAffine, bits, gs}, 21, 384, DType::kBF16});
   cases.push_back({{QuantMode::kAffine, 4, 64}, 19, 256, DType::kF32});
   cases.push_back({{QuantMode::kAffine, 8, 32}, 19, 256, DType::kF16});
@@ -266,6 +266,7 @@ TEST_P(RowStableTest, QuantizedMatmulAcrossKBlocks) {
   check_quant(GetParam(), {{QuantMode::kAffine, 4, 64}, 20, 4352, DType::kBF16}, rng);
   check_quant(GetParam(), {{QuantMode::kAffine, 8, 128}, 9, 4352, DType::kBF16}, rng);
   check_quant(GetParam(), {default_params(QuantMode::kMxfp4), 9, 4352, DType::kBF16}, rng);
+  check_quant(GetParam(), {{QuantMode::kAffine, 3, 64}, 9, 4352, DType::kBF16}, rng);
 }
 
 TEST_P(RowStableTest, QuantizedUnfusedTwinAgrees) {

@@ -94,6 +94,7 @@ enum class QDecode : std::uint8_t {
   kByte = 2,    // affine 8-bit: integer codes, natural order
   kFp4 = 3,     // mxfp4 / nvfp4: E2M1 values, lanes [even | odd] per 16 elements
   kFp8 = 4,     // mxfp8: E4M3 values (0x7F / 0xFF as 0), natural order
+  kBits = 5,    // affine 1/2/3/5/6-bit: integer codes, lanes [0, 4, 1, 5, 2, 6, 3, 7] per 8
 };
 
 // Quantized: y[i * ldy + j] for i < mr, j < nrows (see the chain above). x holds the mr rows in
@@ -102,6 +103,7 @@ enum class QDecode : std::uint8_t {
 // vector takes zero lanes past the last group).
 struct QDotArgs {
   QDecode decode = QDecode::kF32;
+  int bits = 0;  // kBits: the code width
   const std::uint8_t* w = nullptr;
   std::int64_t w_stride = 0;  // bytes from one W row to the next
   const float* scales = nullptr;

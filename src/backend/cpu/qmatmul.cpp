@@ -66,15 +66,31 @@ std::uint32_t code_at(const std::uint32_t* w, std::int64_t j, int bits) {
 
 std::int64_t row_words(const QWeight& q) { return q.k * q.bits / 32; }
 
-// Lane order. The AVX2 4-bit decoders widen 8 bytes to eight 32-bit lanes and split each into
-// its low nibble (element 2l) and high nibble (element 2l + 1), so per 16 elements the kernel's
-// order is [0, 2, .., 14, 1, 3, .., 15]; x is permuted to match once per call. Every path for a
-// mode (fused, predecoded, scalar) uses the mode's one order, so results never depend on which
-// path ran.
-bool nibble_order(const QWeight& q) { return q.bits == 4; }
+// Lane order. The AVX2 decoders fill their 8 lanes in the order the packing makes cheap, and x
+// is permuted to match once per call:
+// - 4-bit: 8 bytes widened to eight 32-bit lanes, low nibbles (elements 2l) then high nibbles
+//   (2l + 1): per 16 elements [0, 2, .., 14, 1, 3, .., 15];
+// - 1/2/3/5/6-bit: 8 elements (`bits` bytes) broadcast to four 64-bit lanes shifted by 0..3 and
+//   4..7 elements, interleaved: per 8 elements [0, 4, 1, 5, 2, 6, 3, 7];
+// - 8-bit: natural order.
+// Every path for a mode (fused, predecoded, scalar) uses the mode's one order, so results never
+// depend on which path ran.
+struct LaneOrder {
+  int block = 1;    // elements per permuted block (1: natural order)
+  int src[16] = {};  // position p of a block holds element src[p] of the block
+};
 
-// Position p of a 16-element block holds element lane_src(p) of that block.
-int lane_src(int p) { return p < 8 ? 2 * p : 2 * (p - 8) + 1; }
+LaneOrder lane_order(const QWeight& q) {
+  LaneOrder o;
+  if (q.bits == 4) {
+    o.block = 16;
+    for (int p = 0; p < 16; ++p) o.src[p] = p < 8 ? 2 * p : 2 * (p - 8) + 1;
+  } else if (q.bits != 8) {
+    o.block = 8;
+    for (int p = 0; p < 8; ++p) o.src[p] = p % 2 ? 4 + p / 2 : p / 2;
+  }
+  return o;
+}
 
 // The exact q values of row r (affine: the code; fp: the element value) in lane order.
 void decode_q_row(const QWeight& q, std::int64_t r, float* out) {
@@ -95,14 +111,16 @@ void decode_q_row(const QWeight& q, std::int64_t r, float* out) {
       }
     return;
   }
-  // Other widths (affine only, natural order): 8 elements fill exactly `bits` bytes (K is a
-  // multiple of 32), read as one little-endian integer.
+  // Other widths (affine only): 8 elements fill exactly `bits` bytes (K is a multiple of 32),
+  // read as one little-endian integer.
+  const LaneOrder o = lane_order(q);
   const std::uint64_t mask = (1ull << q.bits) - 1;
   for (std::int64_t j = 0; j < q.k; j += 8) {
     const std::uint8_t* p = bytes + j / 8 * q.bits;
     std::uint64_t v = 0;
     for (int b = 0; b < q.bits; ++b) v |= static_cast<std::uint64_t>(p[b]) << (8 * b);
-    for (int l = 0; l < 8; ++l) out[j + l] = static_cast<float>(static_cast<std::int32_t>((v >> (l * q.bits)) & mask));
+    for (int l = 0; l < 8; ++l)
+      out[j + l] = static_cast<float>(static_cast<std::int32_t>((v >> (o.src[l] * q.bits)) & mask));
   }
 }
 
@@ -169,10 +187,10 @@ void qdot_rows_scalar(const QDotArgs& a) {
   }
 }
 
-// Which fused decoder AVX2 runs for a mode; kF32 means "predecode to q values first".
+// Which fused decoder AVX2 runs for a mode.
 QDecode fused_decoder(const QWeight& q) {
   switch (q.mode) {
-    case QMode::kAffine: return q.bits == 4 ? QDecode::kNib4 : q.bits == 8 ? QDecode::kByte : QDecode::kF32;
+    case QMode::kAffine: return q.bits == 4 ? QDecode::kNib4 : q.bits == 8 ? QDecode::kByte : QDecode::kBits;
     case QMode::kMxfp8: return QDecode::kFp8;
     default: return QDecode::kFp4;
   }
@@ -194,10 +212,10 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
   // x in lane order, and for affine the per-group sums of x (sequential fp32, zero-padded).
   std::vector<float> xp, xsum;
   const float* xl = x;
-  if (nibble_order(q)) {
+  if (const LaneOrder o = lane_order(q); o.block > 1) {
     xp.resize(static_cast<std::size_t>(m * k));
-    for (std::int64_t i = 0; i < m * k; i += 16)
-      for (int p = 0; p < 16; ++p) xp[i + p] = x[i + lane_src(p)];
+    for (std::int64_t i = 0; i < m * k; i += o.block)
+      for (int p = 0; p < o.block; ++p) xp[i + p] = x[i + o.src[p]];
     xl = xp.data();
   }
   if (affine) {
@@ -238,6 +256,7 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
         for (std::int64_t r = n0; r < n1; ++r) decode_q_row(q, r, qrows.data() + (r - n0) * k);
       QDotArgs a;
       a.decode = dec;
+      a.bits = q.bits;
       if (dec == QDecode::kF32) {
         a.w = reinterpret_cast<const std::uint8_t*>(qrows.data());
         a.w_stride = k * static_cast<std::int64_t>(sizeof(float));
