@@ -15,9 +15,12 @@ namespace {
 
 float load_scale(const void* p, DType t, std::int64_t i) {
   switch (t) {
-    case DType::kBF16: return static_cast<const bf16*>(p)[i].to_float();
-    case DType::kF16: return static_cast<const f16*>(p)[i].to_float();
-    default: return static_cast<const float*>(p)[i];
+    case DType::kBF16:
+      return static_cast<const bf16*>(p)[i].to_float();
+    case DType::kF16:
+      return static_cast<const f16*>(p)[i].to_float();
+    default:
+      return static_cast<const float*>(p)[i];
   }
 }
 
@@ -29,7 +32,8 @@ float fp_scale(QMode m, std::uint8_t s) {
 }
 
 float fp_elem(QMode m, std::uint32_t code) {
-  if (m == QMode::kMxfp8) return (code & 0x7F) == 0x7F ? 0.0f : fp8_e4m3_to_float(static_cast<std::uint8_t>(code));
+  if (m == QMode::kMxfp8)
+    return (code & 0x7F) == 0x7F ? 0.0f : fp8_e4m3_to_float(static_cast<std::uint8_t>(code));
   return fp4_e2m1_to_float(static_cast<std::uint8_t>(code));
 }
 
@@ -48,10 +52,13 @@ const FpScales& fp_scales(QMode m) {
 }
 
 // n values of dtype t from p[offset] as fp32.
-void to_f32(const void* p, DType t, std::int64_t offset, std::int64_t n, float* out, bool use_avx2) {
+void to_f32(const void* p, DType t, std::int64_t offset, std::int64_t n, float* out,
+            bool use_avx2) {
   const void* src = static_cast<const char*>(p) + offset * static_cast<std::int64_t>(dtype_size(t));
-  if (use_avx2) avx2::convert_to_f32(src, t, out, n);
-  else detail::load_f32(src, t, out, n);
+  if (use_avx2)
+    avx2::convert_to_f32(src, t, out, n);
+  else
+    detail::load_f32(src, t, out, n);
 }
 
 // Element j of a packed row: LSB-first bitstream, values may straddle words (3/5/6-bit),
@@ -60,7 +67,8 @@ std::uint32_t code_at(const std::uint32_t* w, std::int64_t j, int bits) {
   const std::uint64_t bit = static_cast<std::uint64_t>(j) * static_cast<std::uint64_t>(bits);
   const std::uint64_t wi = bit >> 5, sh = bit & 31;
   std::uint64_t v = w[wi] >> sh;
-  if (sh + static_cast<std::uint64_t>(bits) > 32) v |= static_cast<std::uint64_t>(w[wi + 1]) << (32 - sh);
+  if (sh + static_cast<std::uint64_t>(bits) > 32)
+    v |= static_cast<std::uint64_t>(w[wi + 1]) << (32 - sh);
   return static_cast<std::uint32_t>(v & ((1ull << bits) - 1));
 }
 
@@ -76,7 +84,7 @@ std::int64_t row_words(const QWeight& q) { return q.k * q.bits / 32; }
 // Every path for a mode (fused, predecoded, scalar) uses the mode's one order, so results never
 // depend on which path ran.
 struct LaneOrder {
-  int block = 1;    // elements per permuted block (1: natural order)
+  int block = 1;     // elements per permuted block (1: natural order)
   int src[16] = {};  // position p of a block holds element src[p] of the block
 };
 
@@ -137,8 +145,10 @@ void decode_row_scalar(const QWeight& q, std::int64_t r, float* out) {
     }
     for (std::int64_t j = g * q.group_size; j < (g + 1) * q.group_size; ++j) {
       const std::uint32_t c = code_at(w, j, q.bits);
-      if (q.mode == QMode::kAffine) out[j] = static_cast<float>(c) * s + b;  // unfused, as the reference
-      else out[j] = fp_elem(q.mode, c) * s;
+      if (q.mode == QMode::kAffine)
+        out[j] = static_cast<float>(c) * s + b;  // unfused, as the reference
+      else
+        out[j] = fp_elem(q.mode, c) * s;
     }
   }
 }
@@ -151,8 +161,8 @@ void validate(const QWeight& q, std::int64_t m, const float* x, const float* y) 
                    q.k % q.group_size == 0 && (q.k * q.bits) % 32 == 0 && m >= 0,
                ErrorCategory::kInternal,
                "qmatmul: unsupported layout (mode " + std::to_string(static_cast<int>(q.mode)) +
-                   ", bits " + std::to_string(q.bits) + ", group_size " + std::to_string(q.group_size) +
-                   ", k " + std::to_string(q.k) + ")");
+                   ", bits " + std::to_string(q.bits) + ", group_size " +
+                   std::to_string(q.group_size) + ", k " + std::to_string(q.k) + ")");
   MLXCEL_CHECK((q.w && q.scales && (fp || q.biases) && x && y) || m * q.n * q.k == 0,
                ErrorCategory::kInternal, "qmatmul: null pointer");
 }
@@ -190,14 +200,17 @@ void qdot_rows_scalar(const QDotArgs& a) {
 // Which fused decoder AVX2 runs for a mode.
 QDecode fused_decoder(const QWeight& q) {
   switch (q.mode) {
-    case QMode::kAffine: return q.bits == 4 ? QDecode::kNib4 : q.bits == 8 ? QDecode::kByte : QDecode::kBits;
-    case QMode::kMxfp8: return QDecode::kFp8;
-    default: return QDecode::kFp4;
+    case QMode::kAffine:
+      return q.bits == 4 ? QDecode::kNib4 : q.bits == 8 ? QDecode::kByte : QDecode::kBits;
+    case QMode::kMxfp8:
+      return QDecode::kFp8;
+    default:
+      return QDecode::kFp4;
   }
 }
 
-void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, float* y,
-         CpuIsa isa, ThreadPool* pool_ptr, bool allow_fused) {
+void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, float* y, CpuIsa isa,
+         ThreadPool* pool_ptr, bool allow_fused) {
   validate(q, m, x, y);
   if (m == 0 || q.n == 0) return;
   const bool use_avx2 = isa == CpuIsa::kAvx2;
@@ -230,8 +243,10 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
 
   // Predecoded rows cost 4 bytes per element: keep a chunk's worth within 512 KiB.
   const std::int64_t max_chunk =
-      dec == QDecode::kF32 ? std::clamp<std::int64_t>((131072 / std::max<std::int64_t>(k, 1)) / 8 * 8, 8, kMaxRowsPerCall)
-                           : kMaxRowsPerCall;
+      dec == QDecode::kF32
+          ? std::clamp<std::int64_t>((131072 / std::max<std::int64_t>(k, 1)) / 8 * 8, 8,
+                                     kMaxRowsPerCall)
+          : kMaxRowsPerCall;
   const WorkSplit ws = split_work(m, n, max_chunk, pool.size());
   const FpScales& lut = fp_scales(q.mode);
   const std::int64_t mt = m_tile(m);
@@ -279,8 +294,10 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
         a.xsum = affine ? xsum.data() + i * groups8 : nullptr;
         a.y = y + i * n + n0;
         a.mr = std::min(mt, m1 - i);
-        if (use_avx2) avx2::qdot_rows(a);
-        else qdot_rows_scalar(a);
+        if (use_avx2)
+          avx2::qdot_rows(a);
+        else
+          qdot_rows_scalar(a);
       }
     }
   });
@@ -289,7 +306,8 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
 }  // namespace
 
 void qdecode_rows(const QWeight& q, std::int64_t r0, std::int64_t r1, float* out, CpuIsa isa) {
-  const bool fast = isa == CpuIsa::kAvx2 && q.mode == QMode::kAffine && (q.bits == 4 || q.bits == 8);
+  const bool fast =
+      isa == CpuIsa::kAvx2 && q.mode == QMode::kAffine && (q.bits == 4 || q.bits == 8);
   for (std::int64_t r = r0; r < r1; ++r) {
     float* o = out + (r - r0) * q.k;
     if (fast) {
@@ -312,10 +330,11 @@ void qmatmul_predecoded(const QWeight& q, const float* x, std::int64_t m, const 
   run(q, x, m, bias, y, isa, pool, false);
 }
 
-void qmatmul_unfused(const QWeight& q, const float* x, std::int64_t m, const float* bias,
-                     float* y, CpuIsa isa, ThreadPool* pool) {
+void qmatmul_unfused(const QWeight& q, const float* x, std::int64_t m, const float* bias, float* y,
+                     CpuIsa isa, ThreadPool* pool) {
   validate(q, m, x, y);
-  const std::int64_t rows = std::max<std::int64_t>(8, std::min<std::int64_t>(64, (1 << 17) / std::max<std::int64_t>(1, q.k)));
+  const std::int64_t rows = std::max<std::int64_t>(
+      8, std::min<std::int64_t>(64, (1 << 17) / std::max<std::int64_t>(1, q.k)));
   const std::int64_t tiles = detail::ceil_div(q.n, rows);
   pool_or_default(pool).parallel_for(tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
     std::vector<float> tile(static_cast<std::size_t>(rows * q.k));

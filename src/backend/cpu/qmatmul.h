@@ -29,7 +29,7 @@ struct QWeight {
   const std::uint32_t* w = nullptr;  // [N, K*bits/32]
   const void* scales = nullptr;      // [N, K/gs]: F32/F16/BF16 (affine) or U8 (fp modes)
   DType scales_dtype = DType::kF32;
-  const void* biases = nullptr;      // affine only, scales dtype
+  const void* biases = nullptr;  // affine only, scales dtype
   QMode mode = QMode::kAffine;
   int bits = 4;
   int group_size = 64;
@@ -50,7 +50,7 @@ void qmatmul(const QWeight& q, const float* x, std::int64_t m, const float* bias
 void qmatmul_predecoded(const QWeight& q, const float* x, std::int64_t m, const float* bias,
                         float* y, CpuIsa isa = active_isa(), ThreadPool* pool = nullptr);
 // Unfused twin: qdecode_rows into fp32 row blocks, then matmul.
-void qmatmul_unfused(const QWeight& q, const float* x, std::int64_t m, const float* bias,
-                     float* y, CpuIsa isa = active_isa(), ThreadPool* pool = nullptr);
+void qmatmul_unfused(const QWeight& q, const float* x, std::int64_t m, const float* bias, float* y,
+                     CpuIsa isa = active_isa(), ThreadPool* pool = nullptr);
 
 }  // namespace mlxcel::cpu
