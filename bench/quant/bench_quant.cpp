@@ -32,18 +32,25 @@ Fixture make(QuantParams p, std::int64_t n, std::int64_t k) {
   f.p = p;
   f.q = quantize(Tensor::from_f32(w, {n, k}, DType::kBF16), p);
   f.x = Tensor::from_f32(x, {1, k}, DType::kF32);
-  f.weight_bytes = f.q.weight.nbytes() + f.q.scales.nbytes() + (f.q.biases.defined() ? f.q.biases.nbytes() : 0);
+  f.weight_bytes =
+      f.q.weight.nbytes() + f.q.scales.nbytes() + (f.q.biases.defined() ? f.q.biases.nbytes() : 0);
   return f;
 }
 
 QuantParams params_of(int id) {
   switch (id) {
-    case 0: return {QuantMode::kAffine, 4, 64};
-    case 1: return {QuantMode::kAffine, 8, 64};
-    case 2: return {QuantMode::kAffine, 3, 64};
-    case 3: return default_params(QuantMode::kMxfp4);
-    case 4: return default_params(QuantMode::kMxfp8);
-    default: return default_params(QuantMode::kNvfp4);
+    case 0:
+      return {QuantMode::kAffine, 4, 64};
+    case 1:
+      return {QuantMode::kAffine, 8, 64};
+    case 2:
+      return {QuantMode::kAffine, 3, 64};
+    case 3:
+      return default_params(QuantMode::kMxfp4);
+    case 4:
+      return default_params(QuantMode::kMxfp8);
+    default:
+      return default_params(QuantMode::kNvfp4);
   }
 }
 
@@ -56,8 +63,8 @@ void BM_Dequantize(benchmark::State& state) {
     benchmark::DoNotOptimize(d.raw());
   }
   state.SetLabel(p.str());
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(f.weight_bytes) * state.iterations() / 1e9,
-                                              benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(f.weight_bytes) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 void BM_QuantizedGemv(benchmark::State& state) {
@@ -69,8 +76,8 @@ void BM_QuantizedGemv(benchmark::State& state) {
     benchmark::DoNotOptimize(y.raw());
   }
   state.SetLabel(p.str());
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(f.weight_bytes) * state.iterations() / 1e9,
-                                              benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(f.weight_bytes) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 // range(0): params_of id, range(1): M, range(2): N, range(3): K, range(4): 1 for AVX2.
@@ -105,7 +112,8 @@ void BM_CpuQmatmul(benchmark::State& state) {
   state.SetLabel(p.str() + (isa == cpu::CpuIsa::kAvx2 ? " avx2" : " scalar"));
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(f.weight_bytes) * iters / 1e9,
                                               benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(iters * 2.0 * m * n * k * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(iters * 2.0 * m * n * k * 1e-9, benchmark::Counter::kIsRate);
 }
 
 }  // namespace
@@ -115,11 +123,18 @@ void BM_CpuQmatmul(benchmark::State& state) {
 // 36 MiB matrix of long rows, both streamed from DRAM.
 BENCHMARK(BM_CpuQmatmul)
     ->ArgNames({"mode", "M", "N", "K", "avx2"})
-    ->Args({0, 1, 4096, 4096, 1})->Args({1, 1, 4096, 4096, 1})->Args({3, 1, 4096, 4096, 1})
-    ->Args({4, 1, 4096, 4096, 1})->Args({2, 1, 4096, 4096, 1})->Args({0, 1, 151936, 1024, 1})
+    ->Args({0, 1, 4096, 4096, 1})
+    ->Args({1, 1, 4096, 4096, 1})
+    ->Args({3, 1, 4096, 4096, 1})
+    ->Args({4, 1, 4096, 4096, 1})
+    ->Args({2, 1, 4096, 4096, 1})
+    ->Args({0, 1, 151936, 1024, 1})
     ->Args({0, 1, 16384, 4096, 1})
-    ->Args({0, 4, 4096, 4096, 1})->Args({0, 128, 2048, 2048, 1})->Args({0, 1, 4096, 4096, 0})
-    ->UseRealTime()->Unit(benchmark::kMillisecond);
+    ->Args({0, 4, 4096, 4096, 1})
+    ->Args({0, 128, 2048, 2048, 1})
+    ->Args({0, 1, 4096, 4096, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Dequantize)->DenseRange(0, 5)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_QuantizedGemv)->DenseRange(0, 5)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

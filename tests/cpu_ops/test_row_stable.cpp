@@ -87,12 +87,13 @@ std::vector<float> dense_rows(const Dense& c, const Buf& x, const Buf& w, const 
 }
 
 void check_dense(CpuIsa isa, const Dense& c, std::mt19937& rng) {
-  SCOPED_TRACE(case_name(isa, c.xt) + " w=" + std::string(dtype_name(c.wt)) + " n=" +
-               std::to_string(c.n) + " k=" + std::to_string(c.k));
+  SCOPED_TRACE(case_name(isa, c.xt) + " w=" + std::string(dtype_name(c.wt)) +
+               " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
   Buf x = random_buf(c.xt, kRows * c.k, rng), w = random_buf(c.wt, c.n * c.k, rng, 0.5f);
   Buf b = random_buf(c.wt, c.n, rng);
   std::vector<std::vector<float>> alone;
-  for (std::int64_t r = 0; r < kRows; ++r) alone.push_back(dense_rows(c, x, w, b, {r}, c.k, isa, 1));
+  for (std::int64_t r = 0; r < kRows; ++r)
+    alone.push_back(dense_rows(c, x, w, b, {r}, c.k, isa, 1));
 
   // Accuracy of the single-row results against the double-accumulating reference.
   Buf want = make_buf(DType::kF32, kRows * c.n);
@@ -111,7 +112,8 @@ void check_dense(CpuIsa isa, const Dense& c, std::mt19937& rng) {
   for (std::int64_t r = 0; r < kRows; ++r)
     for (std::int64_t j = 0; j < c.n; ++j) {
       double mag = 0;
-      for (std::int64_t e = 0; e < c.k; ++e) mag += std::fabs(double(x.get(r * c.k + e)) * w.get(j * c.k + e));
+      for (std::int64_t e = 0; e < c.k; ++e)
+        mag += std::fabs(double(x.get(r * c.k + e)) * w.get(j * c.k + e));
       const double bound = 8 * std::sqrt(double(c.k) + 1) * std::ldexp(1.0, -24) * (mag + 1);
       worst = std::max(worst, std::fabs(alone[r][j] - want.get(r * c.n + j)) / bound);
     }
@@ -138,9 +140,10 @@ TEST_P(RowStableTest, DenseMatmul) {
   std::mt19937 rng(31);
   // n = 37 leaves a partial register tile; k = 1100 and 4100 cross the k-blocks of 3-row and 1-row
   // calls; odd k ends in a zero-padded chunk.
-  const Dense cases[] = {{DType::kF32, DType::kF32, 37, 64, true},    {DType::kF32, DType::kBF16, 37, 1100, false},
-                         {DType::kBF16, DType::kF16, 70, 33, true},   {DType::kF16, DType::kBF16, 9, 7, false},
-                         {DType::kF32, DType::kBF16, 20, 4100, true}, {DType::kBF16, DType::kBF16, 130, 300, false}};
+  const Dense cases[] = {
+      {DType::kF32, DType::kF32, 37, 64, true},    {DType::kF32, DType::kBF16, 37, 1100, false},
+      {DType::kBF16, DType::kF16, 70, 33, true},   {DType::kF16, DType::kBF16, 9, 7, false},
+      {DType::kF32, DType::kBF16, 20, 4100, true}, {DType::kBF16, DType::kBF16, 130, 300, false}};
   for (const Dense& c : cases) check_dense(GetParam(), c, rng);
 }
 
@@ -177,22 +180,24 @@ QFixture make_quant(const Quant& c, std::mt19937& rng) {
 
 enum class QPath { kFused, kPredecoded };
 
-std::vector<float> quant_rows(const QFixture& f, const std::vector<float>& x, const std::vector<float>& bias,
-                              const std::vector<std::int64_t>& rows, CpuIsa isa, int threads,
-                              QPath path = QPath::kFused) {
+std::vector<float> quant_rows(const QFixture& f, const std::vector<float>& x,
+                              const std::vector<float>& bias, const std::vector<std::int64_t>& rows,
+                              CpuIsa isa, int threads, QPath path = QPath::kFused) {
   const std::int64_t m = static_cast<std::int64_t>(rows.size()), k = f.qw.k, n = f.qw.n;
   std::vector<float> xg(static_cast<std::size_t>(m * k));
   for (std::int64_t i = 0; i < m; ++i) std::copy_n(&x[rows[i] * k], k, &xg[i * k]);
   std::vector<float> y(static_cast<std::size_t>(m * n), NAN);
   const float* b = bias.empty() ? nullptr : bias.data();
-  if (path == QPath::kFused) qmatmul(f.qw, xg.data(), m, b, y.data(), isa, &pool_of(threads));
-  else qmatmul_predecoded(f.qw, xg.data(), m, b, y.data(), isa, &pool_of(threads));
+  if (path == QPath::kFused)
+    qmatmul(f.qw, xg.data(), m, b, y.data(), isa, &pool_of(threads));
+  else
+    qmatmul_predecoded(f.qw, xg.data(), m, b, y.data(), isa, &pool_of(threads));
   return y;
 }
 
 void check_quant(CpuIsa isa, const Quant& c, std::mt19937& rng) {
-  SCOPED_TRACE(std::string(isa_name(isa)) + " " + c.p.str() + " n=" + std::to_string(c.n) + " k=" +
-               std::to_string(c.k) + " " + std::string(dtype_name(c.wt)));
+  SCOPED_TRACE(std::string(isa_name(isa)) + " " + c.p.str() + " n=" + std::to_string(c.n) +
+               " k=" + std::to_string(c.k) + " " + std::string(dtype_name(c.wt)));
   const QFixture f = make_quant(c, rng);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x(static_cast<std::size_t>(kRows * c.k)), bias;
@@ -209,12 +214,14 @@ void check_quant(CpuIsa isa, const Quant& c, std::mt19937& rng) {
   std::vector<float> wd(static_cast<std::size_t>(c.k));
   double worst = 0;
   for (std::int64_t j = 0; j < c.n; ++j) {
-    quant::decode_row_f32(f.q.weight, f.q.scales, f.q.biases.defined() ? &f.q.biases : nullptr, c.p, j, wd.data());
+    quant::decode_row_f32(f.q.weight, f.q.scales, f.q.biases.defined() ? &f.q.biases : nullptr, c.p,
+                          j, wd.data());
     for (std::int64_t r = 0; r < kRows; ++r) {
       double want = bias.empty() ? 0.0 : bias[j], mag = 0;
       for (std::int64_t e = 0; e < c.k; ++e) {
         const double b = f.q.biases.defined()
-                             ? quant::load_float(f.q.biases.raw(), f.q.biases.dtype(), j * groups + e / c.p.group_size)
+                             ? quant::load_float(f.q.biases.raw(), f.q.biases.dtype(),
+                                                 j * groups + e / c.p.group_size)
                              : 0.0;
         want += double(x[r * c.k + e]) * wd[e];
         mag += std::fabs(double(x[r * c.k + e])) * (std::fabs(double(wd[e])) + 2 * std::fabs(b));
@@ -243,15 +250,17 @@ void check_quant(CpuIsa isa, const Quant& c, std::mt19937& rng) {
   const std::vector<float> fused = quant_rows(f, x, bias, all, isa, 2, QPath::kFused);
   const std::vector<float> pre = quant_rows(f, x, bias, all, isa, 2, QPath::kPredecoded);
   for (std::size_t i = 0; i < fused.size(); ++i)
-    ASSERT_TRUE(same_bits(fused[i], pre[i])) << "element " << i << ": " << fused[i] << " vs " << pre[i];
+    ASSERT_TRUE(same_bits(fused[i], pre[i]))
+        << "element " << i << ": " << fused[i] << " vs " << pre[i];
 }
 
 TEST_P(RowStableTest, QuantizedMatmulEveryMode) {
   MLXCEL_SKIP_IF_NO_ISA(GetParam());
   std::mt19937 rng(57);
   std::vector<Quant> cases;
-  for (int bits : {2, 3, 4, 5, 6, 8})
-    for (int gs : {32, 64, 128}) cases.push_back({{QuantMode::kAffine, bits, gs}, 21, 384, DType::kBF16});
+  for (int bits : {1, 2, 3, 4, 5, 6, 8})
+    for (int gs : {32, 64, 128})
+      cases.push_back({{QuantMode::kAffine, bits, gs}, 21, 384, DType::kBF16});
   cases.push_back({{QuantMode::kAffine, 4, 64}, 19, 256, DType::kF32});
   cases.push_back({{QuantMode::kAffine, 8, 32}, 19, 256, DType::kF16});
   for (QuantMode m : {QuantMode::kMxfp4, QuantMode::kMxfp8, QuantMode::kNvfp4})
@@ -266,6 +275,7 @@ TEST_P(RowStableTest, QuantizedMatmulAcrossKBlocks) {
   check_quant(GetParam(), {{QuantMode::kAffine, 4, 64}, 20, 4352, DType::kBF16}, rng);
   check_quant(GetParam(), {{QuantMode::kAffine, 8, 128}, 9, 4352, DType::kBF16}, rng);
   check_quant(GetParam(), {default_params(QuantMode::kMxfp4), 9, 4352, DType::kBF16}, rng);
+  check_quant(GetParam(), {{QuantMode::kAffine, 3, 64}, 9, 4352, DType::kBF16}, rng);
 }
 
 TEST_P(RowStableTest, QuantizedUnfusedTwinAgrees) {
@@ -278,7 +288,8 @@ TEST_P(RowStableTest, QuantizedUnfusedTwinAgrees) {
   for (auto& v : x) v = nd(rng);
   qmatmul(f.qw, x.data(), 5, nullptr, a.data(), GetParam());
   qmatmul_unfused(f.qw, x.data(), 5, nullptr, b.data(), GetParam());
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(b[i]))) << i;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(b[i]))) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, RowStableTest, ::testing::ValuesIn(all_isas()),

@@ -62,7 +62,8 @@ inline WorkSplit split_work(std::int64_t m, std::int64_t n, std::int64_t max_chu
   const auto cdiv = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
   const std::int64_t want = 8 * static_cast<std::int64_t>(threads);
   WorkSplit s;
-  s.n_chunk = std::clamp<std::int64_t>(cdiv(cdiv(n, want), 8) * 8, 8, std::max<std::int64_t>(8, max_chunk));
+  s.n_chunk =
+      std::clamp<std::int64_t>(cdiv(cdiv(n, want), 8) * 8, 8, std::max<std::int64_t>(8, max_chunk));
   s.n_chunks = cdiv(n, s.n_chunk);
   const std::int64_t mt = m_tile(m);
   s.m_block = m;
@@ -89,11 +90,12 @@ struct DotArgs {
 
 // How a quantized row's elements become q values (and in which lane order, see qmatmul.cpp).
 enum class QDecode : std::uint8_t {
-  kF32 = 0,     // rows already decoded to fp32 q values in lane order (w_stride in bytes)
-  kNib4 = 1,    // affine 4-bit: integer codes, lanes [even | odd] per 16 elements
-  kByte = 2,    // affine 8-bit: integer codes, natural order
-  kFp4 = 3,     // mxfp4 / nvfp4: E2M1 values, lanes [even | odd] per 16 elements
-  kFp8 = 4,     // mxfp8: E4M3 values (0x7F / 0xFF as 0), natural order
+  kF32 = 0,   // rows already decoded to fp32 q values in lane order (w_stride in bytes)
+  kNib4 = 1,  // affine 4-bit: integer codes, lanes [even | odd] per 16 elements
+  kByte = 2,  // affine 8-bit: integer codes, natural order
+  kFp4 = 3,   // mxfp4 / nvfp4: E2M1 values, lanes [even | odd] per 16 elements
+  kFp8 = 4,   // mxfp8: E4M3 values (0x7F / 0xFF as 0), natural order
+  kBits = 5,  // affine 1/2/3/5/6-bit: integer codes, lanes [0, 4, 1, 5, 2, 6, 3, 7] per 8
 };
 
 // Quantized: y[i * ldy + j] for i < mr, j < nrows (see the chain above). x holds the mr rows in
@@ -102,6 +104,7 @@ enum class QDecode : std::uint8_t {
 // vector takes zero lanes past the last group).
 struct QDotArgs {
   QDecode decode = QDecode::kF32;
+  int bits = 0;  // kBits: the code width
   const std::uint8_t* w = nullptr;
   std::int64_t w_stride = 0;  // bytes from one W row to the next
   const float* scales = nullptr;

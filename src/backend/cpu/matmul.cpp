@@ -13,8 +13,7 @@ namespace mlxcel::cpu {
 namespace {
 
 void validate(const MatmulArgs& a) {
-  MLXCEL_CHECK(a.m >= 0 && a.n >= 0 && a.k >= 0, ErrorCategory::kInternal,
-               "matmul: negative size");
+  MLXCEL_CHECK(a.m >= 0 && a.n >= 0 && a.k >= 0, ErrorCategory::kInternal, "matmul: negative size");
   MLXCEL_CHECK((a.x || a.m * a.k == 0) && (a.w || a.n * a.k == 0) && (a.y || a.m * a.n == 0),
                ErrorCategory::kInternal, "matmul: null pointer");
   for (DType t : {a.x_dtype, a.w_dtype, a.y_dtype}) {
@@ -44,7 +43,8 @@ void dot_rows_scalar_t(const DotArgs& a) {
         }
       for (int r = 0; r < nr; ++r) {
         const T* wr = w + (j0 + r) * a.k;
-        for (std::int64_t e = full; e < a.k; ++e) acc[r][e - full] = acc[r][e - full] + x[e] * to_f32(wr[e]);
+        for (std::int64_t e = full; e < a.k; ++e)
+          acc[r][e - full] = acc[r][e - full] + x[e] * to_f32(wr[e]);
         float v = hsum8(acc[r]);
         if (a.bias) v += a.bias[j0 + r];
         a.y[i * a.ldy + j0 + r] = v;
@@ -54,7 +54,8 @@ void dot_rows_scalar_t(const DotArgs& a) {
 }
 
 void dot_rows_scalar(const DotArgs& a) {
-  detail::dispatch_float("matmul", a.w_dtype, [&](auto tag) { dot_rows_scalar_t<decltype(tag)>(a); });
+  detail::dispatch_float("matmul", a.w_dtype,
+                         [&](auto tag) { dot_rows_scalar_t<decltype(tag)>(a); });
 }
 
 }  // namespace
@@ -99,8 +100,10 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
                     [&](std::int64_t r0, std::int64_t r1) {
                       for (std::int64_t r = r0; r < r1; ++r) {
                         const void* src = static_cast<const char*>(a.x) + r * xs * xe;
-                        if (use_avx2) avx2::convert_to_f32(src, a.x_dtype, x32.data() + r * ldx, k);
-                        else detail::load_f32(src, a.x_dtype, x32.data() + r * ldx, k);
+                        if (use_avx2)
+                          avx2::convert_to_f32(src, a.x_dtype, x32.data() + r * ldx, k);
+                        else
+                          detail::load_f32(src, a.x_dtype, x32.data() + r * ldx, k);
                       }
                     });
   std::vector<float> bias;
@@ -133,8 +136,10 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
         d.mr = std::min(mt, m1 - i);
         d.nrows = n1 - n0;
         d.k = k;
-        if (use_avx2) avx2::dot_rows(d);
-        else dot_rows_scalar(d);
+        if (use_avx2)
+          avx2::dot_rows(d);
+        else
+          dot_rows_scalar(d);
       }
     }
   });
@@ -143,14 +148,15 @@ void matmul(const MatmulArgs& a, CpuIsa isa, ThreadPool* pool_ptr) {
   pool.parallel_for(m, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       void* dst = static_cast<char*>(a.y) + r * ys * ye;
-      if (use_avx2) avx2::convert_from_f32(y32.data() + r * n, a.y_dtype, dst, n);
-      else detail::store_f32(y32.data() + r * n, a.y_dtype, dst, n);
+      if (use_avx2)
+        avx2::convert_from_f32(y32.data() + r * n, a.y_dtype, dst, n);
+      else
+        detail::store_f32(y32.data() + r * n, a.y_dtype, dst, n);
     }
   });
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, CpuIsa isa,
-              ThreadPool* pool) {
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, CpuIsa isa, ThreadPool* pool) {
   MLXCEL_CHECK(w.ndim() == 2 && w.is_contiguous(), ErrorCategory::kBadInput,
                "linear: weight must be a contiguous [out, in] matrix, got " + w.shape_str());
   MLXCEL_CHECK(x.ndim() >= 1 && x.dim(-1) == w.dim(1), ErrorCategory::kBadInput,

@@ -15,9 +15,12 @@ namespace {
 
 float load_scale(const void* p, DType t, std::int64_t i) {
   switch (t) {
-    case DType::kBF16: return static_cast<const bf16*>(p)[i].to_float();
-    case DType::kF16: return static_cast<const f16*>(p)[i].to_float();
-    default: return static_cast<const float*>(p)[i];
+    case DType::kBF16:
+      return static_cast<const bf16*>(p)[i].to_float();
+    case DType::kF16:
+      return static_cast<const f16*>(p)[i].to_float();
+    default:
+      return static_cast<const float*>(p)[i];
   }
 }
 
@@ -29,7 +32,8 @@ float fp_scale(QMode m, std::uint8_t s) {
 }
 
 float fp_elem(QMode m, std::uint32_t code) {
-  if (m == QMode::kMxfp8) return (code & 0x7F) == 0x7F ? 0.0f : fp8_e4m3_to_float(static_cast<std::uint8_t>(code));
+  if (m == QMode::kMxfp8)
+    return (code & 0x7F) == 0x7F ? 0.0f : fp8_e4m3_to_float(static_cast<std::uint8_t>(code));
   return fp4_e2m1_to_float(static_cast<std::uint8_t>(code));
 }
 
@@ -48,10 +52,13 @@ const FpScales& fp_scales(QMode m) {
 }
 
 // n values of dtype t from p[offset] as fp32.
-void to_f32(const void* p, DType t, std::int64_t offset, std::int64_t n, float* out, bool use_avx2) {
+void to_f32(const void* p, DType t, std::int64_t offset, std::int64_t n, float* out,
+            bool use_avx2) {
   const void* src = static_cast<const char*>(p) + offset * static_cast<std::int64_t>(dtype_size(t));
-  if (use_avx2) avx2::convert_to_f32(src, t, out, n);
-  else detail::load_f32(src, t, out, n);
+  if (use_avx2)
+    avx2::convert_to_f32(src, t, out, n);
+  else
+    detail::load_f32(src, t, out, n);
 }
 
 // Element j of a packed row: LSB-first bitstream, values may straddle words (3/5/6-bit),
@@ -60,21 +67,38 @@ std::uint32_t code_at(const std::uint32_t* w, std::int64_t j, int bits) {
   const std::uint64_t bit = static_cast<std::uint64_t>(j) * static_cast<std::uint64_t>(bits);
   const std::uint64_t wi = bit >> 5, sh = bit & 31;
   std::uint64_t v = w[wi] >> sh;
-  if (sh + static_cast<std::uint64_t>(bits) > 32) v |= static_cast<std::uint64_t>(w[wi + 1]) << (32 - sh);
+  if (sh + static_cast<std::uint64_t>(bits) > 32)
+    v |= static_cast<std::uint64_t>(w[wi + 1]) << (32 - sh);
   return static_cast<std::uint32_t>(v & ((1ull << bits) - 1));
 }
 
 std::int64_t row_words(const QWeight& q) { return q.k * q.bits / 32; }
 
-// Lane order. The AVX2 4-bit decoders widen 8 bytes to eight 32-bit lanes and split each into
-// its low nibble (element 2l) and high nibble (element 2l + 1), so per 16 elements the kernel's
-// order is [0, 2, .., 14, 1, 3, .., 15]; x is permuted to match once per call. Every path for a
-// mode (fused, predecoded, scalar) uses the mode's one order, so results never depend on which
-// path ran.
-bool nibble_order(const QWeight& q) { return q.bits == 4; }
+// Lane order. The AVX2 decoders fill their 8 lanes in the order the packing makes cheap, and x
+// is permuted to match once per call:
+// - 4-bit: 8 bytes widened to eight 32-bit lanes, low nibbles (elements 2l) then high nibbles
+//   (2l + 1): per 16 elements [0, 2, .., 14, 1, 3, .., 15];
+// - 1/2/3/5/6-bit: 8 elements (`bits` bytes) broadcast to four 64-bit lanes shifted by 0..3 and
+//   4..7 elements, interleaved: per 8 elements [0, 4, 1, 5, 2, 6, 3, 7];
+// - 8-bit: natural order.
+// Every path for a mode (fused, predecoded, scalar) uses the mode's one order, so results never
+// depend on which path ran.
+struct LaneOrder {
+  int block = 1;     // elements per permuted block (1: natural order)
+  int src[16] = {};  // position p of a block holds element src[p] of the block
+};
 
-// Position p of a 16-element block holds element lane_src(p) of that block.
-int lane_src(int p) { return p < 8 ? 2 * p : 2 * (p - 8) + 1; }
+LaneOrder lane_order(const QWeight& q) {
+  LaneOrder o;
+  if (q.bits == 4) {
+    o.block = 16;
+    for (int p = 0; p < 16; ++p) o.src[p] = p < 8 ? 2 * p : 2 * (p - 8) + 1;
+  } else if (q.bits != 8) {
+    o.block = 8;
+    for (int p = 0; p < 8; ++p) o.src[p] = p % 2 ? 4 + p / 2 : p / 2;
+  }
+  return o;
+}
 
 // The exact q values of row r (affine: the code; fp: the element value) in lane order.
 void decode_q_row(const QWeight& q, std::int64_t r, float* out) {
@@ -95,14 +119,16 @@ void decode_q_row(const QWeight& q, std::int64_t r, float* out) {
       }
     return;
   }
-  // Other widths (affine only, natural order): 8 elements fill exactly `bits` bytes (K is a
-  // multiple of 32), read as one little-endian integer.
+  // Other widths (affine only): 8 elements fill exactly `bits` bytes (K is a multiple of 32),
+  // read as one little-endian integer.
+  const LaneOrder o = lane_order(q);
   const std::uint64_t mask = (1ull << q.bits) - 1;
   for (std::int64_t j = 0; j < q.k; j += 8) {
     const std::uint8_t* p = bytes + j / 8 * q.bits;
     std::uint64_t v = 0;
     for (int b = 0; b < q.bits; ++b) v |= static_cast<std::uint64_t>(p[b]) << (8 * b);
-    for (int l = 0; l < 8; ++l) out[j + l] = static_cast<float>(static_cast<std::int32_t>((v >> (l * q.bits)) & mask));
+    for (int l = 0; l < 8; ++l)
+      out[j + l] = static_cast<float>(static_cast<std::int32_t>((v >> (o.src[l] * q.bits)) & mask));
   }
 }
 
@@ -119,8 +145,10 @@ void decode_row_scalar(const QWeight& q, std::int64_t r, float* out) {
     }
     for (std::int64_t j = g * q.group_size; j < (g + 1) * q.group_size; ++j) {
       const std::uint32_t c = code_at(w, j, q.bits);
-      if (q.mode == QMode::kAffine) out[j] = static_cast<float>(c) * s + b;  // unfused, as the reference
-      else out[j] = fp_elem(q.mode, c) * s;
+      if (q.mode == QMode::kAffine)
+        out[j] = static_cast<float>(c) * s + b;  // unfused, as the reference
+      else
+        out[j] = fp_elem(q.mode, c) * s;
     }
   }
 }
@@ -133,8 +161,8 @@ void validate(const QWeight& q, std::int64_t m, const float* x, const float* y) 
                    q.k % q.group_size == 0 && (q.k * q.bits) % 32 == 0 && m >= 0,
                ErrorCategory::kInternal,
                "qmatmul: unsupported layout (mode " + std::to_string(static_cast<int>(q.mode)) +
-                   ", bits " + std::to_string(q.bits) + ", group_size " + std::to_string(q.group_size) +
-                   ", k " + std::to_string(q.k) + ")");
+                   ", bits " + std::to_string(q.bits) + ", group_size " +
+                   std::to_string(q.group_size) + ", k " + std::to_string(q.k) + ")");
   MLXCEL_CHECK((q.w && q.scales && (fp || q.biases) && x && y) || m * q.n * q.k == 0,
                ErrorCategory::kInternal, "qmatmul: null pointer");
 }
@@ -169,17 +197,20 @@ void qdot_rows_scalar(const QDotArgs& a) {
   }
 }
 
-// Which fused decoder AVX2 runs for a mode; kF32 means "predecode to q values first".
+// Which fused decoder AVX2 runs for a mode.
 QDecode fused_decoder(const QWeight& q) {
   switch (q.mode) {
-    case QMode::kAffine: return q.bits == 4 ? QDecode::kNib4 : q.bits == 8 ? QDecode::kByte : QDecode::kF32;
-    case QMode::kMxfp8: return QDecode::kFp8;
-    default: return QDecode::kFp4;
+    case QMode::kAffine:
+      return q.bits == 4 ? QDecode::kNib4 : q.bits == 8 ? QDecode::kByte : QDecode::kBits;
+    case QMode::kMxfp8:
+      return QDecode::kFp8;
+    default:
+      return QDecode::kFp4;
   }
 }
 
-void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, float* y,
-         CpuIsa isa, ThreadPool* pool_ptr, bool allow_fused) {
+void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, float* y, CpuIsa isa,
+         ThreadPool* pool_ptr, bool allow_fused) {
   validate(q, m, x, y);
   if (m == 0 || q.n == 0) return;
   const bool use_avx2 = isa == CpuIsa::kAvx2;
@@ -194,10 +225,10 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
   // x in lane order, and for affine the per-group sums of x (sequential fp32, zero-padded).
   std::vector<float> xp, xsum;
   const float* xl = x;
-  if (nibble_order(q)) {
+  if (const LaneOrder o = lane_order(q); o.block > 1) {
     xp.resize(static_cast<std::size_t>(m * k));
-    for (std::int64_t i = 0; i < m * k; i += 16)
-      for (int p = 0; p < 16; ++p) xp[i + p] = x[i + lane_src(p)];
+    for (std::int64_t i = 0; i < m * k; i += o.block)
+      for (int p = 0; p < o.block; ++p) xp[i + p] = x[i + o.src[p]];
     xl = xp.data();
   }
   if (affine) {
@@ -212,8 +243,10 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
 
   // Predecoded rows cost 4 bytes per element: keep a chunk's worth within 512 KiB.
   const std::int64_t max_chunk =
-      dec == QDecode::kF32 ? std::clamp<std::int64_t>((131072 / std::max<std::int64_t>(k, 1)) / 8 * 8, 8, kMaxRowsPerCall)
-                           : kMaxRowsPerCall;
+      dec == QDecode::kF32
+          ? std::clamp<std::int64_t>((131072 / std::max<std::int64_t>(k, 1)) / 8 * 8, 8,
+                                     kMaxRowsPerCall)
+          : kMaxRowsPerCall;
   const WorkSplit ws = split_work(m, n, max_chunk, pool.size());
   const FpScales& lut = fp_scales(q.mode);
   const std::int64_t mt = m_tile(m);
@@ -238,6 +271,7 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
         for (std::int64_t r = n0; r < n1; ++r) decode_q_row(q, r, qrows.data() + (r - n0) * k);
       QDotArgs a;
       a.decode = dec;
+      a.bits = q.bits;
       if (dec == QDecode::kF32) {
         a.w = reinterpret_cast<const std::uint8_t*>(qrows.data());
         a.w_stride = k * static_cast<std::int64_t>(sizeof(float));
@@ -260,8 +294,10 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
         a.xsum = affine ? xsum.data() + i * groups8 : nullptr;
         a.y = y + i * n + n0;
         a.mr = std::min(mt, m1 - i);
-        if (use_avx2) avx2::qdot_rows(a);
-        else qdot_rows_scalar(a);
+        if (use_avx2)
+          avx2::qdot_rows(a);
+        else
+          qdot_rows_scalar(a);
       }
     }
   });
@@ -270,7 +306,8 @@ void run(const QWeight& q, const float* x, std::int64_t m, const float* bias, fl
 }  // namespace
 
 void qdecode_rows(const QWeight& q, std::int64_t r0, std::int64_t r1, float* out, CpuIsa isa) {
-  const bool fast = isa == CpuIsa::kAvx2 && q.mode == QMode::kAffine && (q.bits == 4 || q.bits == 8);
+  const bool fast =
+      isa == CpuIsa::kAvx2 && q.mode == QMode::kAffine && (q.bits == 4 || q.bits == 8);
   for (std::int64_t r = r0; r < r1; ++r) {
     float* o = out + (r - r0) * q.k;
     if (fast) {
@@ -293,10 +330,11 @@ void qmatmul_predecoded(const QWeight& q, const float* x, std::int64_t m, const 
   run(q, x, m, bias, y, isa, pool, false);
 }
 
-void qmatmul_unfused(const QWeight& q, const float* x, std::int64_t m, const float* bias,
-                     float* y, CpuIsa isa, ThreadPool* pool) {
+void qmatmul_unfused(const QWeight& q, const float* x, std::int64_t m, const float* bias, float* y,
+                     CpuIsa isa, ThreadPool* pool) {
   validate(q, m, x, y);
-  const std::int64_t rows = std::max<std::int64_t>(8, std::min<std::int64_t>(64, (1 << 17) / std::max<std::int64_t>(1, q.k)));
+  const std::int64_t rows = std::max<std::int64_t>(
+      8, std::min<std::int64_t>(64, (1 << 17) / std::max<std::int64_t>(1, q.k)));
   const std::int64_t tiles = detail::ceil_div(q.n, rows);
   pool_or_default(pool).parallel_for(tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
     std::vector<float> tile(static_cast<std::size_t>(rows * q.k));

@@ -11,9 +11,9 @@
 // work is split over threads (the chain is fixed by x row m and W row n alone, see
 // backend/cpu/dot_kernels.h), so batching requests never changes their results.
 //
-// AVX2 decodes affine 4/8-bit, mxfp4, nvfp4 and mxfp8 in registers; other affine widths and the
-// scalar ISA decode a block of rows to fp32 q values first (qmatmul_predecoded), with the same
-// chain and lane order, so on AVX2 both give identical bits. qmatmul_unfused (decode rows to
+// AVX2 decodes every mode in registers; the scalar ISA decodes a block of rows to fp32 q values
+// first (qmatmul_predecoded), with the same chain and lane order, so on AVX2 both paths give
+// identical bits. qmatmul_unfused (decode rows to
 // scale * q + bias, then the dense matmul) is the unfused twin: a fallback and oracle.
 #include <cstdint>
 
@@ -29,7 +29,7 @@ struct QWeight {
   const std::uint32_t* w = nullptr;  // [N, K*bits/32]
   const void* scales = nullptr;      // [N, K/gs]: F32/F16/BF16 (affine) or U8 (fp modes)
   DType scales_dtype = DType::kF32;
-  const void* biases = nullptr;      // affine only, scales dtype
+  const void* biases = nullptr;  // affine only, scales dtype
   QMode mode = QMode::kAffine;
   int bits = 4;
   int group_size = 64;
@@ -45,12 +45,12 @@ void qdecode_rows(const QWeight& q, std::int64_t r0, std::int64_t r1, float* out
 // group size (>= 16, itself a multiple of 16).
 void qmatmul(const QWeight& q, const float* x, std::int64_t m, const float* bias, float* y,
              CpuIsa isa = active_isa(), ThreadPool* pool = nullptr);
-// The same chain with W predecoded to fp32 q values (what qmatmul does where it has no fused
-// decoder); the tests check that it matches qmatmul bit for bit.
+// The same chain with W predecoded to fp32 q values (what the scalar ISA runs); the tests check
+// that it matches qmatmul bit for bit.
 void qmatmul_predecoded(const QWeight& q, const float* x, std::int64_t m, const float* bias,
                         float* y, CpuIsa isa = active_isa(), ThreadPool* pool = nullptr);
 // Unfused twin: qdecode_rows into fp32 row blocks, then matmul.
-void qmatmul_unfused(const QWeight& q, const float* x, std::int64_t m, const float* bias,
-                     float* y, CpuIsa isa = active_isa(), ThreadPool* pool = nullptr);
+void qmatmul_unfused(const QWeight& q, const float* x, std::int64_t m, const float* bias, float* y,
+                     CpuIsa isa = active_isa(), ThreadPool* pool = nullptr);
 
 }  // namespace mlxcel::cpu

@@ -14,7 +14,9 @@ namespace {
 // W rows per register tile for MR rows of x: MR * NR accumulators plus MR x vectors and one W
 // vector fit the 16 ymm registers, and MR * NR >= 8 keeps enough FMAs in flight.
 template <int MR>
-constexpr int kNr = MR == 1 ? 8 : MR == 4 ? 2 : 4;
+constexpr int kNr = MR == 1   ? 8
+                    : MR == 4 ? 2
+                              : 4;
 
 // Elements [0, n) of p widened to f32, zeros above (the zero-padded last chunk).
 template <typename T>
@@ -35,13 +37,15 @@ void tile(const float* x, std::int64_t ldx, const T* w, std::int64_t k, std::int
   for (; e + 8 <= ke; e += 8) {
     for (int j = 0; j < NR; ++j) {
       const __m256 wv = load8(w + j * k + e);
-      for (int i = 0; i < MR; ++i) c[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + e), wv, c[i][j]);
+      for (int i = 0; i < MR; ++i)
+        c[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + e), wv, c[i][j]);
     }
   }
   if (e < ke) {
     for (int j = 0; j < NR; ++j) {
       const __m256 wv = load_partial(w + j * k + e, ke - e);
-      for (int i = 0; i < MR; ++i) c[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + e), wv, c[i][j]);
+      for (int i = 0; i < MR; ++i)
+        c[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + e), wv, c[i][j]);
     }
   }
   for (int j = 0; j < NR; ++j)
@@ -58,7 +62,8 @@ void rows(const DotArgs& a) {
   for (std::int64_t kb = 0; kb < a.k; kb += kc) {
     const std::int64_t ke = std::min(a.k, kb + kc);
     std::int64_t j = 0;
-    for (; j + NR <= a.nrows; j += NR) tile<MR, NR>(a.x, a.ldx, w + j * a.k, a.k, kb, ke, acc + j * MR * 8);
+    for (; j + NR <= a.nrows; j += NR)
+      tile<MR, NR>(a.x, a.ldx, w + j * a.k, a.k, kb, ke, acc + j * MR * 8);
     for (; j < a.nrows; ++j) tile<MR, 1>(a.x, a.ldx, w + j * a.k, a.k, kb, ke, acc + j * MR * 8);
   }
   for (std::int64_t j = 0; j < a.nrows; ++j)
@@ -75,10 +80,18 @@ void dot_rows(const DotArgs& a) {
   detail::dispatch_float("matmul", a.w_dtype, [&](auto tag) {
     using T = decltype(tag);
     switch (a.mr) {
-      case 1: rows<1, T>(a); break;
-      case 2: rows<2, T>(a); break;
-      case 3: rows<3, T>(a); break;
-      default: rows<4, T>(a); break;
+      case 1:
+        rows<1, T>(a);
+        break;
+      case 2:
+        rows<2, T>(a);
+        break;
+      case 3:
+        rows<3, T>(a);
+        break;
+      default:
+        rows<4, T>(a);
+        break;
     }
   });
 }
