@@ -4,18 +4,11 @@
 #include <vector>
 
 #include "backend/cpu/avx2/kernels.h"
+#include "backend/cpu/mlx_compat.h"
 #include "core/error.h"
 
 namespace mlxcel::cpu {
 namespace {
-
-float round_act(DType t, float v) {
-  switch (t) {
-    case DType::kBF16: return bf16(v).to_float();
-    case DType::kF16: return f16(v).to_float();
-    default: return v;
-  }
-}
 
 float load_scale(const void* p, DType t, std::int64_t i) {
   switch (t) {
@@ -38,7 +31,7 @@ std::uint32_t code_at(const std::uint32_t* row, std::int64_t j, int bits) {
 // (group 16), otherwise the E8M0 byte placed in a bfloat16's exponent (0 -> 2^-127), then T.
 float fp_scale(QMode mode, std::uint8_t s, DType act) {
   float v = mode == QMode::kNvfp4 ? fp8_e4m3_to_float(s) : fp8_e8m0_to_float(s);
-  return round_act(act, v);
+  return mlx_compat::round_to(act, v);
 }
 
 // Decodes rows [r0, r0 + 8) into the lane-interleaved tile wt[k * 8 + lane] (values already in
@@ -68,11 +61,11 @@ void fill_tile(const QWeight& q, std::int64_t r0, DType act, float* wt, float* s
         const std::uint32_t c = code_at(row, j, q.bits);
         float v;
         if (q.mode == QMode::kAffine) {
-          v = round_act(act, round_act(act, s * static_cast<float>(c)) + b);
+          v = mlx_compat::round_to(act, mlx_compat::round_to(act, s * static_cast<float>(c)) + b);
         } else if (q.mode == QMode::kMxfp8) {
-          v = round_act(act, fp8_e4m3_to_float(static_cast<std::uint8_t>(c)));
+          v = mlx_compat::round_to(act, fp8_e4m3_to_float(static_cast<std::uint8_t>(c)));
         } else {
-          v = round_act(act, fp4_e2m1_to_float(static_cast<std::uint8_t>(c)));
+          v = mlx_compat::round_to(act, fp4_e2m1_to_float(static_cast<std::uint8_t>(c)));
         }
         wt[j * kMlxQmmTile + lane] = v;
       }
@@ -88,13 +81,13 @@ void tile_rows_scalar(const QWeight& q, const float* wt, const float* st, const 
     float sum = 0.0f;
     if (q.mode == QMode::kAffine) {
       for (std::int64_t j = 0; j < q.k; ++j)
-        sum = round_act(act, sum + round_act(act, x[j] * wt[j * kMlxQmmTile + lane]));
+        sum = mlx_compat::round_to(act, sum + mlx_compat::round_to(act, x[j] * wt[j * kMlxQmmTile + lane]));
     } else {
       for (std::int64_t g = 0; g < groups; ++g) {
         float gs = 0.0f;
         for (std::int64_t j = g * q.group_size; j < (g + 1) * q.group_size; ++j)
-          gs = round_act(act, gs + round_act(act, x[j] * wt[j * kMlxQmmTile + lane]));
-        sum = round_act(act, sum + round_act(act, st[g * kMlxQmmTile + lane] * gs));
+          gs = mlx_compat::round_to(act, gs + mlx_compat::round_to(act, x[j] * wt[j * kMlxQmmTile + lane]));
+        sum = mlx_compat::round_to(act, sum + mlx_compat::round_to(act, st[g * kMlxQmmTile + lane] * gs));
       }
     }
     out[lane] = sum;

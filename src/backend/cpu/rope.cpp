@@ -47,14 +47,6 @@ float position(const RopeArgs& a, std::int64_t row) {
   return static_cast<float>(p) * a.scale;
 }
 
-float round_half(DType t, float v) {
-  switch (t) {
-    case DType::kBF16: return bf16(v).to_float();
-    case DType::kF16: return f16(v).to_float();
-    default: return v;
-  }
-}
-
 template <typename T>
 void apply_row(const RopeArgs& a, const T* x, T* y, const float* cs, const float* sn) {
   const std::int64_t half = a.dims / 2;
@@ -65,8 +57,8 @@ void apply_row(const RopeArgs& a, const T* x, T* y, const float* cs, const float
     // MLX CPU, half inputs: the input scale is its own op (scalar taking the dtype), cos/sin are
     // rounded, then each product and each sum.
     const DType t = a.mlx_rounding;
-    const float ins = round_half(t, in);
-    auto r = [t](float v) { return round_half(t, v); };
+    const float ins = mlx_compat::round_to(t, in);
+    auto r = [t](float v) { return mlx_compat::round_to(t, v); };
     for (std::int64_t i = 0; i < half; ++i) {
       const std::int64_t j = index(i);
       float x1 = to_f32(x[j]), x2 = to_f32(x[j + stride]);
