@@ -11,7 +11,7 @@ std::int64_t blocks_for(std::int64_t tokens, int block_size, int sequences) {
   return ((tokens + block_size - 1) / block_size) * sequences;
 }
 
-GenerationResult generate(models::Model& model, models::KvBlockPool& pool,
+GenerationResult generate(models::Model& model, KvBlockPool& pool,
                           std::span<const std::int32_t> prompt, const GenerationConfig& cfg,
                           const TokenCallback& on_token, bool reuse_prefix) {
   using clock = std::chrono::steady_clock;
@@ -37,7 +37,7 @@ GenerationResult generate(models::Model& model, models::KvBlockPool& pool,
 
   GenerationResult res;
   res.prompt_tokens = static_cast<std::int64_t>(prompt.size());
-  models::SequenceKv kv(pool);
+  SequenceKv kv(pool);
   std::int64_t done = reuse_prefix ? kv.reuse_prefix(prompt) : 0;
   res.cached_prompt_tokens = done;
 
@@ -48,8 +48,8 @@ GenerationResult generate(models::Model& model, models::KvBlockPool& pool,
   const std::int64_t chunk = std::max<std::int64_t>(1, cfg.prefill_chunk);
   while (done < res.prompt_tokens) {
     std::int64_t n = std::min(chunk, res.prompt_tokens - done);
-    std::vector<models::BatchItem> b = {{&kv, prompt.subspan(static_cast<std::size_t>(done), static_cast<std::size_t>(n)), false}};
-    model.forward(b, logits);
+    std::vector<BatchItem> b = {{&kv, prompt.subspan(static_cast<std::size_t>(done), static_cast<std::size_t>(n)), false}};
+    forward_step(model, b, logits);
     done += n;
   }
   auto t1 = clock::now();
@@ -68,8 +68,8 @@ GenerationResult generate(models::Model& model, models::KvBlockPool& pool,
     }
     if (kv.length() + 1 >= limit) break;  // context full: "length"
     if (i + 1 == cfg.max_tokens) break;
-    std::vector<models::BatchItem> b = {{&kv, std::span<const std::int32_t>(&history.back(), 1), false}};
-    model.forward(b, logits);
+    std::vector<BatchItem> b = {{&kv, std::span<const std::int32_t>(&history.back(), 1), false}};
+    forward_step(model, b, logits);
   }
   res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return res;

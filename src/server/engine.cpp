@@ -29,14 +29,14 @@ std::optional<EngineEvent> EventChannel::pop(std::chrono::milliseconds timeout) 
 }
 
 struct Engine::Slot {
-  Slot(std::shared_ptr<EngineRequest> r, models::KvBlockPool& pool, const Tokenizer& tok)
+  Slot(std::shared_ptr<EngineRequest> r, runtime::KvBlockPool& pool, const Tokenizer& tok)
       : req(std::move(r)),
         kv(pool),
         sampler(req->sampling, 0),
         detok(tok, true),
         stop(req->stop) {}
   std::shared_ptr<EngineRequest> req;
-  models::SequenceKv kv;
+  runtime::SequenceKv kv;
   std::size_t prefilled = 0;
   std::int64_t cached = 0;
   std::vector<std::int32_t> history;
@@ -55,7 +55,8 @@ Engine::Engine(models::Model& model, const runtime::ChatFormatter& fmt, EngineOp
                ServerMetrics& metrics)
     : model_(model), fmt_(fmt), opts_(std::move(opts)), metrics_(metrics) {
   const std::int64_t blocks = runtime::blocks_for(opts_.ctx_size, opts_.block_size, opts_.parallel);
-  pool_ = std::make_unique<models::KvBlockPool>(model_.kv_config(blocks, opts_.block_size));
+  pool_ = std::make_unique<runtime::KvBlockPool>(model_.kv_layout(blocks, opts_.block_size),
+                                                 &model_.backend());
   metrics_.kv_blocks_total.set(static_cast<double>(blocks));
   thread_ = std::thread([this] { loop(); });
 }
@@ -225,7 +226,7 @@ void Engine::loop() {
 
 void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
   const auto now = std::chrono::steady_clock::now();
-  std::vector<models::BatchItem> batch;
+  std::vector<runtime::BatchItem> batch;
   std::vector<Slot*> owners;
   std::vector<std::int32_t> decode_inputs(slots.size());
   for (std::size_t i = 0; i < slots.size(); ++i) {
@@ -255,7 +256,7 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
   }
   if (batch.empty()) return;
   std::vector<std::vector<float>> logits;
-  model_.forward(batch, logits);
+  runtime::forward_step(model_, batch, logits);
 
   for (std::size_t b = 0; b < owners.size(); ++b) {
     Slot& s = *owners[b];

@@ -16,7 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "models/kv_cache.h"
+#include "runtime/kv_cache.h"
+#include "runtime/step.h"
 #include "models/model.h"
 #include "runtime/chat.h"
 #include "runtime/json_constraint.h"
@@ -104,7 +105,7 @@ class Engine {
   int active_slots() const { return active_.load(); }
   std::size_t queued() const;
   std::int64_t ctx_size() const { return opts_.ctx_size; }
-  const models::KvBlockPool& pool() const { return *pool_; }
+  const runtime::KvBlockPool& pool() const { return *pool_; }
 
  private:
   struct Slot;
@@ -118,7 +119,7 @@ class Engine {
   const runtime::ChatFormatter& fmt_;
   EngineOptions opts_;
   ServerMetrics& metrics_;
-  std::unique_ptr<models::KvBlockPool> pool_;
+  std::unique_ptr<runtime::KvBlockPool> pool_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

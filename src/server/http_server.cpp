@@ -15,7 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "models/loader.h"
+#include "runtime/loader.h"
 #include "runtime/chat.h"
 #include "runtime/options.h"
 #include "server/api_error.h"
@@ -49,7 +49,7 @@ void send_error(httplib::Response& res, const ApiError& e) {
 
 struct Server {
   ServerOptions opts;
-  models::LoadedModel lm;
+  runtime::LoadedModel lm;
   std::unique_ptr<runtime::ChatFormatter> fmt;
   ServerMetrics metrics;
   std::unique_ptr<Engine> engine;
@@ -473,7 +473,7 @@ int run_server(const ServerOptions& opts) {
   std::signal(SIGTERM, on_signal);
   std::fprintf(stderr, "mlxcel-server: loading %s\n", opts.model_dir.c_str());
   try {
-    s.lm = models::load_model(opts.model_dir, opts.load);
+    s.lm = runtime::load_model(opts.model_dir, opts.load);
     s.fmt = std::make_unique<runtime::ChatFormatter>(runtime::ChatFormatter::load(opts.model_dir));
     EngineOptions eo;
     eo.parallel = opts.parallel;

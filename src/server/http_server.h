@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "models/loader.h"
+#include "runtime/loader.h"
 #include "runtime/sampler.h"
 
 namespace mlxcel::server {
@@ -24,7 +24,7 @@ struct ServerOptions {
   bool metrics = true;
   std::size_t max_body_bytes = 8u << 20;
   std::int64_t prefill_chunk = 256;
-  models::LoadOptions load;
+  runtime::LoadOptions load;
   std::int64_t debug_step_delay_ms = 0;  // testing aid, see EngineOptions
   runtime::SamplingParams sampling;  // defaults for fields a request leaves out (temperature 1)
 };
