@@ -1,8 +1,7 @@
 #pragma once
-// Single-sequence generation: prefill in chunks, then decode one token per step, sampling with
-// mlx-lm's semantics, stopping on an EOS id, max_tokens, the context length, or when the
-// caller's callback says so (stop strings, a cancelled client). The server's scheduler drives
-// the same Model::forward with many sequences at once.
+// Single-sequence generation on the one scheduler (runtime/scheduler.h): prefill in chunks, then
+// decode one token per step, sampling with mlx-lm's semantics, stopping on an EOS id, max_tokens,
+// the context length, or when the caller's callback says so (stop strings, a cancelled client).
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -12,6 +11,7 @@
 #include "models/model.h"
 #include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/scheduler.h"
 #include "runtime/step.h"
 
 namespace mlxcel::runtime {
