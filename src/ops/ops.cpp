@@ -1,6 +1,10 @@
 #include "ops/ops.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "core/error.h"
@@ -48,6 +52,17 @@ std::shared_ptr<DeviceBuffer> upload_floats(Backend& be, const std::vector<float
   be.copy(buf->data(), v.data(), v.size() * sizeof(float), backend::CopyKind::kHostToDevice);
   *where = static_cast<const float*>(buf->data());
   return buf;
+}
+
+// Tells the kernel a tensor's pages will not be read again (the parts of a stacked weight, once
+// copied). MADV_PAGEOUT never changes data: clean pages of the mmap'd checkpoint are dropped, so
+// resident memory does not hold both the parts and the stack; anonymous pages stay as they are.
+void page_out(const Tensor& t) {
+  if (!t.defined() || t.nbytes() == 0) return;
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(t.raw());
+  const std::uintptr_t first = (begin + page - 1) / page * page, last = (begin + t.nbytes()) / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
 }
 
 bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
@@ -171,9 +186,12 @@ std::optional<LinearWeight> LinearWeight::concat(Backend& be, std::string name,
     }
     return t;
   };
-  return upload(be, std::move(name), stack(&LinearWeight::weight_), stack(&LinearWeight::scales_),
-                stack(&LinearWeight::biases_), p0.quant_, p0.in(), out,
-                stack(&LinearWeight::bias_host_));
+  LinearWeight fused = upload(be, std::move(name), stack(&LinearWeight::weight_),
+                              stack(&LinearWeight::scales_), stack(&LinearWeight::biases_),
+                              p0.quant_, p0.in(), out, stack(&LinearWeight::bias_host_));
+  for (const LinearWeight* p : parts)
+    for (const Tensor* t : {&p->weight_, &p->scales_, &p->biases_}) page_out(*t);
+  return fused;
 }
 
 OpSignature LinearWeight::signature(Op op, DType act) const {
