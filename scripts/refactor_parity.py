@@ -107,7 +107,8 @@ class Diff:
         if self.first is None:
             flat = int(np.flatnonzero(ne.reshape(-1))[0])
             idx = np.unravel_index(flat, a.shape)
-            self.first = f"{where} index {tuple(int(i) for i in idx)}: {a[idx]!r} vs {b[idx]!r}"
+            self.first = (f"{where} index {tuple(int(i) for i in idx)}: {float(a[idx])!r} "
+                          f"(0x{int(a.view(np.uint32)[idx]):08x}) vs {float(b[idx])!r} (0x{int(b.view(np.uint32)[idx]):08x})")
 
     def summary(self):
         return {"differing": self.count, "compared": self.total, "max_abs": self.max_abs, "first": self.first}
@@ -165,7 +166,9 @@ def compare_topk(old, new, width):
             d.count += 1
             d.total += 1
             if d.first is None:
-                d.first = f"{width} pos {a['pos']}: top ids {ids_a[:4]}... vs {ids_b[:4]}..."
+                r = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), min(len(ids_a), len(ids_b)))
+                d.first = (f"{width} pos {a['pos']} rank {r}: token {ids_a[r] if r < len(ids_a) else None} vs "
+                           f"{ids_b[r] if r < len(ids_b) else None}")
             continue
         d.add(np.array([t[1] for t in a["top"]], np.float32), np.array([t[1] for t in b["top"]], np.float32),
               f"{width} pos {a['pos']} top-k")
