@@ -1,6 +1,7 @@
 """Model-level conformance against mlx-lm (DESIGN.md "Correctness"; issue: model families end to
 end). Every fixture that scripts/make_fixtures.py writes (7 families x bf16, affine 4/8-bit,
-mxfp4, mxfp8, plus a mixed-bits recipe) is traced by mlx-lm and by mlxcel at w1, w8 (after a
+mxfp4, mxfp8, plus a mixed-bits recipe, and the realistic-shape families: llama_h576,
+gemma3_h640, qwen3_moe_h320) is traced by mlx-lm and by mlxcel at w1, w8 (after a
 512-token prefill) and w256, and generated greedily for 32 tokens.
 
 With --numerics mlx, mlxcel reproduces MLX's CPU arithmetic, so the gate is strict: zero
@@ -17,13 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from _quant_util import CLI  # noqa: E402
-from make_fixtures import MODES, family_configs  # noqa: E402
+from make_fixtures import fixture_names  # noqa: E402
 from model_conformance import check_fixture  # noqa: E402
 
-NAMES = [f"{f}-{m}" for f in family_configs() for m in MODES] + ["llama-mixed"]
 # mlx-lm cannot run an unquantized qwen3_moe in bf16 on the CPU (GatherMM has no bf16 kernel);
-# make_fixtures writes that one in float32.
-NAMES = [n.replace("qwen3_moe-bf16", "qwen3_moe-f32") for n in NAMES]
+# make_fixtures writes those in float32 (<family>-f32).
+NAMES = fixture_names()
 
 
 def describe(r):
@@ -50,7 +50,8 @@ def test_mlx_numerics_match_mlx_lm(all_fixtures, tmp_path, name):
 # quantized bf16 models MLX's CPU reference accumulates in bf16, a few ulps of noise per layer,
 # and the fp32 engine legitimately disagrees at a margin-2.0 position now and then: those are
 # measured and reported, not gated; docs/numerics.md.)
-@pytest.mark.parametrize("name", ["llama-bf16", "qwen3-bf16", "gemma3_text-bf16", "phi3-bf16", "qwen3_moe-f32"])
+@pytest.mark.parametrize("name", ["llama-bf16", "qwen3-bf16", "gemma3_text-bf16", "phi3-bf16", "qwen3_moe-f32",
+                                  "llama_h576-bf16", "gemma3_h640-bf16", "qwen3_moe_h320-f32"])
 def test_fast_numerics_decided_positions(all_fixtures, tmp_path, name):
     r = check_fixture(str(CLI), str(all_fixtures / name), tmp_path, "fast")
     print(name, "fast:", describe(r))
