@@ -22,6 +22,7 @@
 #include "models/loader.h"
 #include "runtime/generator.h"
 #include "runtime/options.h"
+#include "tools/cli/args.h"
 #include "tools/cli/command.h"
 
 namespace mlxcel::cli {
@@ -67,32 +68,28 @@ double median(std::vector<double> v) {
 }
 
 int cmd_bench(const std::vector<std::string>& args) {
-  std::string model_dir, csv;
+  std::string csv;
   std::int64_t pp = 512, tg = 128;
   int repeats = 3;
-  models::LoadOptions load;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, a + " needs a value");
-      return args[++i];
-    };
-    if (runtime::parse_load_flag(args, i, load)) continue;
-    if (a == "-m" || a == "--model") model_dir = value();
-    else if (a == "-p" || a == "--n-prompt") pp = runtime::parse_int_flag(a, value(), 1, 1 << 20);
-    else if (a == "-n" || a == "--n-gen") tg = runtime::parse_int_flag(a, value(), 1, 1 << 20);
-    else if (a == "-r" || a == "--repeats") repeats = static_cast<int>(runtime::parse_int_flag(a, value(), 1, 100));
-    else if (a == "--csv") csv = value();
-    else if (a == "-h" || a == "--help") {
-      std::printf("usage: mlxcel bench -m MODEL_DIR [-p 512] [-n 128] [-r 3] [--csv FILE] [--numerics fast|mlx]\n");
-      return 0;
-    } else throw_error(ErrorCategory::kBadInput, "unknown option " + a);
-  }
-  if (model_dir.empty()) throw_error(ErrorCategory::kBadInput, "a model folder is required (-m DIR)");
-  auto lm = models::load_model(model_dir, load);
+  LoadArgs load;
+  auto app_owner = make_app("bench",
+                      "Prefill (pp) and decode (tg) throughput, llama-bench style: greedy, EOS ignored, a warm-up\n"
+                      "pass, median of repeats; decode is compared with the measured memory-bandwidth ceiling.");
+  CLI::App& app = *app_owner;
+  ModelArg model_arg;
+  add_model_option(app, model_arg);
+  app.add_option("-p,--n-prompt", pp, "prompt tokens (default 512)")->type_name("N")->check(CLI::Range(1, 1 << 20));
+  app.add_option("-n,--n-gen", tg, "generated tokens (default 128)")->type_name("N")->check(CLI::Range(1, 1 << 20));
+  app.add_option("-r,--repeats", repeats, "repeats (default 3)")->type_name("N")->check(CLI::Range(1, 100));
+  app.add_option("--csv", csv, "append a CSV row per test with provenance")->type_name("FILE");
+  add_load_options(app, load);
+  if (!parse_args(app, args)) return 0;
+  const std::string model_dir = model_arg.resolve();
+  load.apply();
+  auto lm = models::load_model(model_dir, load.load);
   auto& model = *lm.model;
   const auto& cfg = model.config();
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = load.threads > 0 ? load.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const double bw = measure_bandwidth_gbs(std::size_t{1} << 30, threads);
   const double bytes_tok = static_cast<double>(model.decode_bytes_per_token());
 

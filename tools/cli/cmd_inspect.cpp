@@ -2,6 +2,8 @@
 // this build would load it. Quantized modules are grouped by path pattern (layer indices become
 // `*`) and parameters; each group shows mode / bits / group size and the route on the backend.
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <tuple>
@@ -14,6 +16,7 @@
 #include "io/model_config.h"
 #include "io/quant_plan.h"
 #include "io/safetensors.h"
+#include "tools/cli/args.h"
 #include "tools/cli/command.h"
 
 namespace mlxcel::cli {
@@ -49,31 +52,22 @@ std::string human(std::uint64_t b) {
 }
 
 int cmd_inspect(const std::vector<std::string>& args) {
-  std::string dir;
   bool as_json = false;
   BackendKind backend = gpu::compiled_backend();
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::printf(
-          "usage: mlxcel inspect -m DIR [--json] [--backend cpu|cuda|rocm]\n"
-          "Lists the quantized module groups of an MLX / Hugging Face model folder (mode, bits,\n"
-          "group size, how this build runs them on the backend) and the total weight bytes.\n"
-          "Default backend: the one this build was compiled for.\n");
-      return 0;
-    } else if ((a == "-m" || a == "--model") && i + 1 < args.size()) {
-      dir = args[++i];
-    } else if (a == "--json") {
-      as_json = true;
-    } else if (a == "--backend" && i + 1 < args.size()) {
-      if (!parse_backend(args[++i], &backend)) {
-        throw_error(ErrorCategory::kBadInput, "inspect: unknown backend '" + args[i] + "' (cpu, cuda, rocm)");
-      }
-    } else {
-      throw_error(ErrorCategory::kBadInput, "inspect: unexpected argument '" + a + "'; see mlxcel inspect --help");
-    }
-  }
-  if (dir.empty()) throw_error(ErrorCategory::kBadInput, "inspect: -m DIR is required");
+  std::string backend_arg;
+  auto app_owner = make_app("inspect",
+                      "Lists the quantized module groups of an MLX / Hugging Face model folder (mode, bits,\n"
+                      "group size, how this build runs them on the backend) and the total weight bytes.");
+  CLI::App& app = *app_owner;
+  ModelArg model_arg;
+  add_model_option(app, model_arg);
+  app.add_flag("--json", as_json, "print JSON");
+  app.add_option("--backend", backend_arg, "backend to plan for (default: the one this build was compiled for)")
+      ->type_name("cpu|cuda|rocm");
+  if (!parse_args(app, args)) return 0;
+  const std::string dir = model_arg.resolve();
+  if (!backend_arg.empty() && !parse_backend(backend_arg, &backend))
+    throw_error(ErrorCategory::kBadInput, "inspect: unknown backend '" + backend_arg + "' (cpu, cuda, rocm)");
 
   const ModelConfig cfg = ModelConfig::load(dir);
   const Checkpoint ckpt = Checkpoint::open(dir);
@@ -119,8 +113,16 @@ int cmd_inspect(const std::vector<std::string>& args) {
                        {"route", rs}});
   }
 
+  // A folder written by `mlxcel convert --from-gguf` says what each GGUF tensor became.
+  nlohmann::json converted;
+  if (std::ifstream cf(std::filesystem::path(dir) / "mlxcel_convert.json"); cf) {
+    converted = nlohmann::json::parse(cf, nullptr, false);
+    if (!converted.is_object()) converted = nullptr;
+  }
+
   if (as_json) {
     nlohmann::json j;
+    if (!converted.is_null()) j["converted"] = converted;
     j["model"] = dir;
     j["backend"] = backend_name(backend);
     j["quantization"] = {{"present", qc.present},
@@ -157,6 +159,12 @@ int cmd_inspect(const std::vector<std::string>& args) {
                 qc.quantize_activations ? ", quantize_activations" : "");
   } else {
     std::printf("quantization: none\n");
+  }
+  if (!converted.is_null()) {
+    std::printf("converted:    from %s (GGUF %s, %s): %lld quantized tensors exact, %lld with rounded scales, %lld float\n",
+                converted.value("source", "?").c_str(), converted.value("architecture", "?").c_str(),
+                converted.value("dtype", "?").c_str(), converted.value("exact_quantized", 0LL),
+                converted.value("rounded_quantized", 0LL), converted.value("dense", 0LL));
   }
   std::printf("backend:      %s\n\n", std::string(backend_name(backend)).c_str());
   if (!groups.empty()) {
