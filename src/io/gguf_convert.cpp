@@ -44,11 +44,11 @@ const std::vector<Arch>& archs() {
 // GGUF block tensor suffix -> MLX module path inside model.layers.N.
 const std::map<std::string, std::string>& block_names() {
   static const std::map<std::string, std::string> kNames = {
-      {"attn_norm", "input_layernorm"},   {"ffn_norm", "post_attention_layernorm"},
-      {"attn_q", "self_attn.q_proj"},     {"attn_k", "self_attn.k_proj"},
-      {"attn_v", "self_attn.v_proj"},     {"attn_output", "self_attn.o_proj"},
+      {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
+      {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},
       {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
-      {"ffn_gate", "mlp.gate_proj"},      {"ffn_up", "mlp.up_proj"},
+      {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
       {"ffn_down", "mlp.down_proj"},
   };
   return kNames;
@@ -61,7 +61,8 @@ std::pair<std::string, std::string> mlx_name(const std::string& file, const std:
   const std::string param = dot == std::string::npos ? "" : name.substr(dot + 1);
   const std::string base = dot == std::string::npos ? name : name.substr(0, dot);
   if (param != "weight" && param != "bias")
-    throw_error(ErrorCategory::kUnsupported, file + ": tensor " + name + " has no MLX counterpart (unknown parameter)");
+    throw_error(ErrorCategory::kUnsupported,
+                file + ": tensor " + name + " has no MLX counterpart (unknown parameter)");
   if (base == "token_embd") return {"model.embed_tokens", param};
   if (base == "output_norm") return {"model.norm", param};
   if (base == "output") return {"lm_head", param};
@@ -70,14 +71,19 @@ std::pair<std::string, std::string> mlx_name(const std::string& file, const std:
     if (d2 != std::string::npos) {
       const std::string layer = base.substr(4, d2 - 4);
       const std::string part = base.substr(d2 + 1);
-      const bool digits = !layer.empty() && std::all_of(layer.begin(), layer.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const bool digits = !layer.empty() && std::all_of(layer.begin(), layer.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      });
       auto it = block_names().find(part);
-      if (digits && it != block_names().end()) return {"model.layers." + layer + "." + it->second, param};
+      if (digits && it != block_names().end())
+        return {"model.layers." + layer + "." + it->second, param};
     }
   }
   if (base == "rope_freqs")
-    throw_error(ErrorCategory::kUnsupported, file + ": tensor rope_freqs (Llama 3 RoPE scaling) is not supported yet");
-  throw_error(ErrorCategory::kUnsupported, file + ": tensor " + name + " has no MLX counterpart in this converter");
+    throw_error(ErrorCategory::kUnsupported,
+                file + ": tensor rope_freqs (Llama 3 RoPE scaling) is not supported yet");
+  throw_error(ErrorCategory::kUnsupported,
+              file + ": tensor " + name + " has no MLX counterpart in this converter");
 }
 
 float half_at(const std::uint8_t* p) {
@@ -103,11 +109,15 @@ struct Block {
 int exact_bits(TensorType t) {
   switch (t) {
     case TensorType::kQ4_0:
-    case TensorType::kQ4_1: return 4;
+    case TensorType::kQ4_1:
+      return 4;
     case TensorType::kQ5_0:
-    case TensorType::kQ5_1: return 5;
-    case TensorType::kQ8_0: return 8;
-    default: return 0;
+    case TensorType::kQ5_1:
+      return 5;
+    case TensorType::kQ8_0:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -155,10 +165,12 @@ void decode_block(TensorType t, const std::uint8_t* b, Block& o) {
       break;
     }
     case TensorType::kQ8_0:  // d, qs[32] as int8: level q+128 with bias -128d
-      for (int j = 0; j < 32; ++j) o.q[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(b[2 + j]) + 128);
+      for (int j = 0; j < 32; ++j)
+        o.q[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(b[2 + j]) + 128);
       o.bias = -128.0f * d;
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -192,13 +204,15 @@ float dense_at(TensorType t, const std::uint8_t* p, std::uint64_t i) {
       std::memcpy(&v, p + 4 * i, 4);
       return v;
     }
-    case TensorType::kF16: return half_at(p + 2 * i);
+    case TensorType::kF16:
+      return half_at(p + 2 * i);
     case TensorType::kBF16: {
       std::uint16_t b;
       std::memcpy(&b, p + 2 * i, 2);
       return bf16::from_bits(b).to_float();
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -219,7 +233,8 @@ std::vector<std::string> supported_architectures() {
   return out;
 }
 
-ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_dir, const ConvertOptions& opt) {
+ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_dir,
+                           const ConvertOptions& opt) {
   MLXCEL_CHECK(opt.dtype == DType::kF16 || opt.dtype == DType::kBF16, ErrorCategory::kBadInput,
                "convert: --dtype must be float16 or bfloat16");
   const auto f = File::open(gguf_path);
@@ -232,7 +247,8 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
     std::string list;
     for (const auto& n : supported_architectures()) list += (list.empty() ? "" : ", ") + n;
     throw_error(ErrorCategory::kUnsupported,
-                path + ": architecture \"" + arch_name + "\" is not supported by the GGUF converter (supported: " + list + ")");
+                path + ": architecture \"" + arch_name +
+                    "\" is not supported by the GGUF converter (supported: " + list + ")");
   }
   const std::string p = arch_name + ".";
 
@@ -241,23 +257,32 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
   const std::int64_t hidden = static_cast<std::int64_t>(f->get_uint(p + "embedding_length"));
   const std::int64_t ff = static_cast<std::int64_t>(f->get_uint(p + "feed_forward_length"));
   const std::int64_t n_heads = static_cast<std::int64_t>(f->get_uint(p + "attention.head_count"));
-  const std::int64_t n_kv = static_cast<std::int64_t>(f->get_uint_or(p + "attention.head_count_kv", n_heads));
+  const std::int64_t n_kv =
+      static_cast<std::int64_t>(f->get_uint_or(p + "attention.head_count_kv", n_heads));
   if (n_heads <= 0 || n_kv <= 0 || n_heads % n_kv != 0 || hidden <= 0 || n_layers <= 0 || ff <= 0)
-    throw_error(ErrorCategory::kBadInput, path + ": inconsistent hyperparameters (heads " + std::to_string(n_heads) + ", kv heads " +
-                                              std::to_string(n_kv) + ", hidden " + std::to_string(hidden) + ")");
-  const std::int64_t head_dim = static_cast<std::int64_t>(f->get_uint_or(p + "attention.key_length", hidden / n_heads));
-  if (head_dim <= 0 || head_dim % 2 != 0) throw_error(ErrorCategory::kBadInput, path + ": head dimension " + std::to_string(head_dim) + " is not even");
+    throw_error(ErrorCategory::kBadInput, path + ": inconsistent hyperparameters (heads " +
+                                              std::to_string(n_heads) + ", kv heads " +
+                                              std::to_string(n_kv) + ", hidden " +
+                                              std::to_string(hidden) + ")");
+  const std::int64_t head_dim =
+      static_cast<std::int64_t>(f->get_uint_or(p + "attention.key_length", hidden / n_heads));
+  if (head_dim <= 0 || head_dim % 2 != 0)
+    throw_error(ErrorCategory::kBadInput,
+                path + ": head dimension " + std::to_string(head_dim) + " is not even");
   const std::int64_t ctx = static_cast<std::int64_t>(f->get_uint_or(p + "context_length", 0));
   if (const Value* rs = f->find(p + "rope.scaling.type"); rs && rs->s != "none")
-    throw_error(ErrorCategory::kUnsupported, path + ": RoPE scaling \"" + rs->s + "\" (" + p + "rope.scaling.type) is not supported yet");
+    throw_error(ErrorCategory::kUnsupported, path + ": RoPE scaling \"" + rs->s + "\" (" + p +
+                                                 "rope.scaling.type) is not supported yet");
 
   TokenizerFiles tok = build_tokenizer(*f, ctx);
-  const std::int64_t vocab = static_cast<std::int64_t>(f->get_string_array("tokenizer.ggml.tokens").size());
+  const std::int64_t vocab =
+      static_cast<std::int64_t>(f->get_string_array("tokenizer.ggml.tokens").size());
 
   const TensorInfo* embd = f->find_tensor("token_embd.weight");
   if (!embd) throw_error(ErrorCategory::kBadInput, path + ": tensor token_embd.weight is missing");
   if (embd->dims.size() != 2 || static_cast<std::int64_t>(embd->dims[0]) != hidden)
-    throw_error(ErrorCategory::kBadInput, path + ": token_embd.weight is not [vocab, " + std::to_string(hidden) + "]");
+    throw_error(ErrorCategory::kBadInput,
+                path + ": token_embd.weight is not [vocab, " + std::to_string(hidden) + "]");
   const bool tied = f->find_tensor("output.weight") == nullptr;
 
   ConvertReport rep;
@@ -276,7 +301,8 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
     const std::int64_t row_len = t.dims.size() == 1 ? 1 : static_cast<std::int64_t>(t.dims[0]);
     const std::int64_t n_rows = static_cast<std::int64_t>(t.n_elements) / row_len;
     if (permute && n_rows != (is_q ? n_heads : n_kv) * head_dim)
-      throw_error(ErrorCategory::kBadInput, path + ": tensor " + t.name + " has " + std::to_string(n_rows) + " rows, expected " +
+      throw_error(ErrorCategory::kBadInput, path + ": tensor " + t.name + " has " +
+                                                std::to_string(n_rows) + " rows, expected " +
                                                 std::to_string((is_q ? n_heads : n_kv) * head_dim));
     auto src_row = [&](std::int64_t r) { return permute ? unpermuted_row(r, head_dim) : r; };
     const Shape shape = t.shape();
@@ -285,7 +311,9 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
     const int bits = exact_bits(t.type);
     if (bits > 0) {
       if (t.dims.size() < 2)
-        throw_error(ErrorCategory::kUnsupported, path + ": tensor " + t.name + " is a quantized vector; MLX quantizes matrices only");
+        throw_error(
+            ErrorCategory::kUnsupported,
+            path + ": tensor " + t.name + " is a quantized vector; MLX quantizes matrices only");
       const TypeTraits* traits = type_traits(static_cast<std::uint32_t>(t.type));
       const std::int64_t groups = row_len / kGroupSize;
       Shape wshape = shape, sshape = shape;
@@ -300,15 +328,18 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       bool exact = true;
       Block blk;
       for (std::int64_t r = 0; r < n_rows; ++r) {
-        const std::uint8_t* src = f->data(t) + static_cast<std::uint64_t>(src_row(r)) * groups * traits->type_size;
+        const std::uint8_t* src =
+            f->data(t) + static_cast<std::uint64_t>(src_row(r)) * groups * traits->type_size;
         for (std::int64_t g = 0; g < groups; ++g) {
           decode_block(t.type, src + g * traits->type_size, blk);
           pack_group(blk.q, bits, wp + (r * groups + g) * bits);
           const std::size_t at = static_cast<std::size_t>(r * groups + g) * 2;
           if (dt == DType::kF16) {
             std::memcpy(sp + at, &blk.d_bits, 2);
-            if (blk.bias_is_half) std::memcpy(bp + at, &blk.bias_bits, 2);
-            else exact &= store(dt, blk.bias, bp + at);
+            if (blk.bias_is_half)
+              std::memcpy(bp + at, &blk.bias_bits, 2);
+            else
+              exact &= store(dt, blk.bias, bp + at);
           } else {
             exact &= store(dt, f16::from_bits(blk.d_bits).to_float(), sp + at);
             exact &= store(dt, blk.bias, bp + at);
@@ -323,18 +354,22 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       tr.bits = bits;
       tr.mapping = exact ? "exact affine" : "rounded scales";
       ++(exact ? rep.exact : rep.inexact);
-    } else if (t.type == TensorType::kF32 || t.type == TensorType::kF16 || t.type == TensorType::kBF16) {
+    } else if (t.type == TensorType::kF32 || t.type == TensorType::kF16 ||
+               t.type == TensorType::kBF16) {
       Tensor o = Tensor::empty(dt, shape);
       auto* op = static_cast<std::uint8_t*>(o.raw());
       const std::uint8_t* src = f->data(t);
-      const bool copy = (t.type == TensorType::kF16 && dt == DType::kF16) || (t.type == TensorType::kBF16 && dt == DType::kBF16);
+      const bool copy = (t.type == TensorType::kF16 && dt == DType::kF16) ||
+                        (t.type == TensorType::kBF16 && dt == DType::kBF16);
       for (std::int64_t r = 0; r < n_rows; ++r) {
         const std::int64_t sr = src_row(r);
         if (copy) {
-          std::memcpy(op + r * row_len * 2, src + sr * row_len * 2, static_cast<std::size_t>(row_len * 2));
+          std::memcpy(op + r * row_len * 2, src + sr * row_len * 2,
+                      static_cast<std::size_t>(row_len * 2));
         } else {
           for (std::int64_t c = 0; c < row_len; ++c)
-            store(dt, dense_at(t.type, src, static_cast<std::uint64_t>(sr * row_len + c)), op + (r * row_len + c) * 2);
+            store(dt, dense_at(t.type, src, static_cast<std::uint64_t>(sr * row_len + c)),
+                  op + (r * row_len + c) * 2);
         }
       }
       out.emplace_back(full, o);
@@ -343,16 +378,20 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
     } else {
       throw_error(ErrorCategory::kUnsupported,
                   path + ": tensor " + t.name + " is " + tensor_type_name(t.type) +
-                      ", which has no exact MLX form (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16, BF16, F32); "
+                      ", which has no exact MLX form (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+                      "F16, BF16, F32); "
                       "use a GGUF quantized with one of those, or convert the original checkpoint");
     }
     rep.tensors.push_back(tr);
   }
   for (std::int64_t l = 0; l < n_layers; ++l)
-    for (const char* need : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_down", "attn_norm", "ffn_norm"})
+    for (const char* need :
+         {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_down", "attn_norm", "ffn_norm"})
       if (!f->find_tensor("blk." + std::to_string(l) + "." + need + ".weight"))
-        throw_error(ErrorCategory::kBadInput, path + ": tensor blk." + std::to_string(l) + "." + need + ".weight is missing");
-  if (!f->find_tensor("output_norm.weight")) throw_error(ErrorCategory::kBadInput, path + ": tensor output_norm.weight is missing");
+        throw_error(ErrorCategory::kBadInput,
+                    path + ": tensor blk." + std::to_string(l) + "." + need + ".weight is missing");
+  if (!f->find_tensor("output_norm.weight"))
+    throw_error(ErrorCategory::kBadInput, path + ": tensor output_norm.weight is missing");
 
   json config = {{"architectures", {arch->hf_class}},
                  {"model_type", arch->model_type},
@@ -374,14 +413,18 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
     config["mlp_bias"] = false;
   }
   if (tok.bos_id >= 0) config["bos_token_id"] = tok.bos_id;
-  if (tok.eos_ids.size() == 1) config["eos_token_id"] = tok.eos_ids[0];
-  else if (!tok.eos_ids.empty()) config["eos_token_id"] = tok.eos_ids;
+  if (tok.eos_ids.size() == 1)
+    config["eos_token_id"] = tok.eos_ids[0];
+  else if (!tok.eos_ids.empty())
+    config["eos_token_id"] = tok.eos_ids;
   if (!module_bits.empty()) {
     // The most common width is the default; every other quantized module gets its own entry
     // (mlx-lm's per-path "quantization" overrides).
     std::map<int, int> count;
     for (const auto& [m, b] : module_bits) ++count[b];
-    const int def = std::max_element(count.begin(), count.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+    const int def = std::max_element(count.begin(), count.end(), [](auto& a, auto& b) {
+                      return a.second < b.second;
+                    })->first;
     json q = {{"group_size", kGroupSize}, {"bits", def}};
     for (const auto& [m, b] : module_bits)
       if (b != def) q[m] = {{"group_size", kGroupSize}, {"bits", b}};
@@ -406,7 +449,10 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
   write_json("tokenizer_config.json", tok.tokenizer_config);
   json tensors = json::array();
   for (const auto& t : rep.tensors) {
-    json e = {{"gguf_name", t.gguf_name}, {"gguf_type", t.gguf_type}, {"mlx_name", t.mlx_name}, {"mapping", t.mapping}};
+    json e = {{"gguf_name", t.gguf_name},
+              {"gguf_type", t.gguf_type},
+              {"mlx_name", t.mlx_name},
+              {"mapping", t.mapping}};
     if (t.bits) e["bits"] = t.bits;
     tensors.push_back(e);
   }

@@ -40,7 +40,8 @@ struct ConvertReport {
   std::size_t dense = 0;
 };
 
-ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_dir, const ConvertOptions& opt);
+ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_dir,
+                           const ConvertOptions& opt);
 
 std::vector<std::string> supported_architectures();
 

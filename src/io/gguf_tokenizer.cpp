@@ -18,13 +18,19 @@ constexpr const char* kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 json byte_level(bool use_regex) {
-  return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
+  return {{"type", "ByteLevel"},
+          {"add_prefix_space", false},
+          {"trim_offsets", true},
+          {"use_regex", use_regex}};
 }
 
 json split_then_byte_level(const char* pattern) {
   return {{"type", "Sequence"},
           {"pretokenizers",
-           {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+           {{{"type", "Split"},
+             {"pattern", {{"Regex", pattern}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
             byte_level(false)}}};
 }
 
@@ -42,13 +48,15 @@ const std::vector<PreType>& pre_types() {
       {"smollm",
        [] {
          return json{{"type", "Sequence"},
-                     {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
+                     {"pretokenizers",
+                      {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
        },
        false},
       {"starcoder",
        [] {
          return json{{"type", "Sequence"},
-                     {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
+                     {"pretokenizers",
+                      {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
        },
        false},
       {"gpt-2", [] { return byte_level(true); }, false},
@@ -69,11 +77,13 @@ std::vector<std::string> supported_pre_types() {
 TokenizerFiles build_tokenizer(const File& f, std::int64_t context_length) {
   const std::string model = f.get_string_or("tokenizer.ggml.model", "");
   if (model.empty())
-    throw_error(ErrorCategory::kUnsupported, f.path() + ": no tokenizer.ggml.model key, so there is no vocabulary to convert");
+    throw_error(ErrorCategory::kUnsupported,
+                f.path() + ": no tokenizer.ggml.model key, so there is no vocabulary to convert");
   if (model != "gpt2")
     throw_error(ErrorCategory::kUnsupported,
                 f.path() + ": tokenizer model \"" + model +
-                    "\" is not supported yet (supported: gpt2 byte-level BPE); convert the original Hugging Face "
+                    "\" is not supported yet (supported: gpt2 byte-level BPE); convert the "
+                    "original Hugging Face "
                     "checkpoint instead");
   const std::string pre = f.get_string_or("tokenizer.ggml.pre", "");
   const PreType* pt = nullptr;
@@ -82,27 +92,34 @@ TokenizerFiles build_tokenizer(const File& f, std::int64_t context_length) {
   if (!pt) {
     std::string list;
     for (const auto& n : supported_pre_types()) list += (list.empty() ? "" : ", ") + n;
-    throw_error(ErrorCategory::kUnsupported, f.path() + ": pre-tokenizer \"" + pre + "\" (tokenizer.ggml.pre) is not supported (supported: " + list + ")");
+    throw_error(ErrorCategory::kUnsupported,
+                f.path() + ": pre-tokenizer \"" + pre +
+                    "\" (tokenizer.ggml.pre) is not supported (supported: " + list + ")");
   }
 
   const std::vector<std::string> tokens = f.get_string_array("tokenizer.ggml.tokens");
   const std::vector<std::string> merges = f.get_string_array("tokenizer.ggml.merges");
   std::vector<std::int64_t> types = f.get_int_array_or_empty("tokenizer.ggml.token_type");
   if (!types.empty() && types.size() != tokens.size())
-    throw_error(ErrorCategory::kBadInput, f.path() + ": tokenizer.ggml.token_type has " + std::to_string(types.size()) +
-                                              " entries for " + std::to_string(tokens.size()) + " tokens");
-  if (tokens.empty()) throw_error(ErrorCategory::kBadInput, f.path() + ": tokenizer.ggml.tokens is empty");
+    throw_error(ErrorCategory::kBadInput, f.path() + ": tokenizer.ggml.token_type has " +
+                                              std::to_string(types.size()) + " entries for " +
+                                              std::to_string(tokens.size()) + " tokens");
+  if (tokens.empty())
+    throw_error(ErrorCategory::kBadInput, f.path() + ": tokenizer.ggml.tokens is empty");
 
   json vocab = json::object();
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (vocab.contains(tokens[i]))
-      throw_error(ErrorCategory::kBadInput, f.path() + ": token \"" + tokens[i] + "\" appears twice in the vocabulary");
+      throw_error(ErrorCategory::kBadInput,
+                  f.path() + ": token \"" + tokens[i] + "\" appears twice in the vocabulary");
     vocab[tokens[i]] = i;
   }
   for (const auto& m : merges) {
     const auto sp = m.find(' ');
-    if (sp == std::string::npos || sp == 0 || sp + 1 == m.size() || m.find(' ', sp + 1) != std::string::npos)
-      throw_error(ErrorCategory::kBadInput, f.path() + ": merge \"" + m + "\" is not two tokens separated by one space");
+    if (sp == std::string::npos || sp == 0 || sp + 1 == m.size() ||
+        m.find(' ', sp + 1) != std::string::npos)
+      throw_error(ErrorCategory::kBadInput,
+                  f.path() + ": merge \"" + m + "\" is not two tokens separated by one space");
   }
 
   auto id_key = [&](const char* key) -> std::int64_t {
@@ -110,7 +127,8 @@ TokenizerFiles build_tokenizer(const File& f, std::int64_t context_length) {
     if (!v) return -1;
     const std::uint64_t id = f.get_uint(key);
     if (id >= tokens.size())
-      throw_error(ErrorCategory::kBadInput, f.path() + ": " + key + " = " + std::to_string(id) + " is outside the vocabulary");
+      throw_error(ErrorCategory::kBadInput, f.path() + ": " + key + " = " + std::to_string(id) +
+                                                " is outside the vocabulary");
     return static_cast<std::int64_t>(id);
   };
   const std::int64_t bos = id_key("tokenizer.ggml.bos_token_id");
@@ -127,7 +145,7 @@ TokenizerFiles build_tokenizer(const File& f, std::int64_t context_length) {
   for (std::size_t i = 0; i < types.size(); ++i) {
     if (types[i] != 3 && types[i] != 4) continue;
     const bool special = types[i] == 3;
-    json t = {{"id", i},          {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
+    json t = {{"id", i},         {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
               {"rstrip", false}, {"normalized", false},  {"special", special}};
     added.push_back(t);
     json d = t;
@@ -141,33 +159,43 @@ TokenizerFiles build_tokenizer(const File& f, std::int64_t context_length) {
     post = {{"type", "TemplateProcessing"},
             {"single", {bos_item, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
             {"pair",
-             {bos_item, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, bos_item, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
-            {"special_tokens", {{tokens[bos], {{"id", tokens[bos]}, {"ids", {bos}}, {"tokens", {tokens[bos]}}}}}}};
+             {bos_item,
+              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+              bos_item,
+              {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+            {"special_tokens",
+             {{tokens[bos], {{"id", tokens[bos]}, {"ids", {bos}}, {"tokens", {tokens[bos]}}}}}}};
   } else {
-    post = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+    post = {{"type", "ByteLevel"},
+            {"add_prefix_space", false},
+            {"trim_offsets", false},
+            {"use_regex", false}};
   }
 
   TokenizerFiles out;
-  out.tokenizer = {
-      {"version", "1.0"},
-      {"truncation", nullptr},
-      {"padding", nullptr},
-      {"added_tokens", added},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", pt->make()},
-      {"post_processor", post},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-      {"model",
-       {{"type", "BPE"},
-        {"dropout", nullptr},
-        {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false},
-        {"byte_fallback", false},
-        {"ignore_merges", pt->ignore_merges},
-        {"vocab", vocab},
-        {"merges", merges}}}};
+  out.tokenizer = {{"version", "1.0"},
+                   {"truncation", nullptr},
+                   {"padding", nullptr},
+                   {"added_tokens", added},
+                   {"normalizer", nullptr},
+                   {"pre_tokenizer", pt->make()},
+                   {"post_processor", post},
+                   {"decoder",
+                    {{"type", "ByteLevel"},
+                     {"add_prefix_space", true},
+                     {"trim_offsets", true},
+                     {"use_regex", true}}},
+                   {"model",
+                    {{"type", "BPE"},
+                     {"dropout", nullptr},
+                     {"unk_token", nullptr},
+                     {"continuing_subword_prefix", nullptr},
+                     {"end_of_word_suffix", nullptr},
+                     {"fuse_unk", false},
+                     {"byte_fallback", false},
+                     {"ignore_merges", pt->ignore_merges},
+                     {"vocab", vocab},
+                     {"merges", merges}}}};
 
   json cfg = {{"tokenizer_class", "PreTrainedTokenizerFast"},
               {"clean_up_tokenization_spaces", false},
@@ -180,7 +208,9 @@ TokenizerFiles build_tokenizer(const File& f, std::int64_t context_length) {
   if (pad >= 0) cfg["pad_token"] = tokens[pad];
   if (context_length > 0) cfg["model_max_length"] = context_length;
   if (const Value* t = f.find("tokenizer.chat_template")) {
-    if (t->type != ValueType::kString) throw_error(ErrorCategory::kBadInput, f.path() + ": tokenizer.chat_template must be a string");
+    if (t->type != ValueType::kString)
+      throw_error(ErrorCategory::kBadInput,
+                  f.path() + ": tokenizer.chat_template must be a string");
     cfg["chat_template"] = t->s;
   }
   out.tokenizer_config = cfg;

@@ -39,7 +39,8 @@ bool parse_args(CLI::App& app, const std::vector<std::string>& args) {
 }
 
 void reject_gguf(const std::string& path) {
-  bool gguf = path.size() >= 5 && (path.compare(path.size() - 5, 5, ".gguf") == 0 || path.compare(path.size() - 5, 5, ".GGUF") == 0);
+  bool gguf = path.size() >= 5 && (path.compare(path.size() - 5, 5, ".gguf") == 0 ||
+                                   path.compare(path.size() - 5, 5, ".GGUF") == 0);
   struct stat st {};
   if (!gguf && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
     char magic[4] = {};
@@ -47,20 +48,27 @@ void reject_gguf(const std::string& path) {
     gguf = f.read(magic, 4) && std::string(magic, 4) == "GGUF";
   }
   if (gguf)
-    throw_error(ErrorCategory::kBadInput, path + " is a GGUF file; mlxcel runs MLX model folders: convert it with `mlxcel convert --from-gguf " +
+    throw_error(ErrorCategory::kBadInput, path +
+                                              " is a GGUF file; mlxcel runs MLX model folders: "
+                                              "convert it with `mlxcel convert --from-gguf " +
                                               path + " OUT_DIR` and pass OUT_DIR");
 }
 
 void add_model_option(CLI::App& app, ModelArg& m) {
-  app.add_option("-m,--model", m.flag, "MLX model folder (config.json, *.safetensors, tokenizer)")->type_name("DIR");
-  app.add_option("model_dir", m.positional, "the model folder, as an alternative to -m")->type_name("DIR");
+  app.add_option("-m,--model", m.flag, "MLX model folder (config.json, *.safetensors, tokenizer)")
+      ->type_name("DIR");
+  app.add_option("model_dir", m.positional, "the model folder, as an alternative to -m")
+      ->type_name("DIR");
 }
 
 std::string ModelArg::resolve() const {
   if (!flag.empty() && !positional.empty() && flag != positional)
-    throw_error(ErrorCategory::kBadInput, "two model folders given (-m " + flag + " and " + positional + "); give one");
+    throw_error(ErrorCategory::kBadInput,
+                "two model folders given (-m " + flag + " and " + positional + "); give one");
   const std::string dir = flag.empty() ? positional : flag;
-  if (dir.empty()) throw_error(ErrorCategory::kBadInput, "a model folder is required (-m DIR, or DIR as the first argument)");
+  if (dir.empty())
+    throw_error(ErrorCategory::kBadInput,
+                "a model folder is required (-m DIR, or DIR as the first argument)");
   reject_gguf(dir);
   return dir;
 }
@@ -96,11 +104,14 @@ void add_sampling_options(CLI::App& app, runtime::SamplingParams& p) {
       {"--top-p", "--top-p", "P", "nucleus sampling mass (1 = off)"},
       {"--top-k", "--top-k", "K", "keep the K most likely tokens (0 = off)"},
       {"--min-p", "--min-p", "M", "drop tokens below M x the top probability (0 = off)"},
-      {"-s,--seed", "--seed", "S", "seed for reproducible sampling (default: a fresh one each run)"},
+      {"-s,--seed", "--seed", "S",
+       "seed for reproducible sampling (default: a fresh one each run)"},
       {"--repeat-penalty", "--repeat-penalty", "R", "multiplicative repetition penalty (1 = off)"},
-      {"--repeat-last-n", "--repeat-last-n", "N", "tokens the penalties look back over (default 20)"},
+      {"--repeat-last-n", "--repeat-last-n", "N",
+       "tokens the penalties look back over (default 20)"},
       {"--presence-penalty", "--presence-penalty", "X", "subtract X once per recent token"},
-      {"--frequency-penalty", "--frequency-penalty", "X", "subtract X per occurrence of a recent token"},
+      {"--frequency-penalty", "--frequency-penalty", "X",
+       "subtract X per occurrence of a recent token"},
   };
   for (const Flag& f : kFlags) {
     const char* flag = f.flag;

@@ -46,28 +46,38 @@ struct GenArgs {
 
 // Returns false when --help was printed.
 bool parse(const std::vector<std::string>& args, bool repl, GenArgs& g) {
-  auto app_owner = make_app(repl ? "run" : "generate",
-                      repl ? "Interactive chat with the model's chat template.\n"
-                             "In the chat: /clear resets the conversation, /exit (or Ctrl-D) quits,\n"
-                             "Ctrl-C stops the answer being written."
-                           : "Generates text for one prompt: the text goes to stdout, timing to stderr.");
+  auto app_owner =
+      make_app(repl ? "run" : "generate",
+               repl ? "Interactive chat with the model's chat template.\n"
+                      "In the chat: /clear resets the conversation, /exit (or Ctrl-D) quits,\n"
+                      "Ctrl-C stops the answer being written."
+                    : "Generates text for one prompt: the text goes to stdout, timing to stderr.");
   CLI::App& app = *app_owner;
   ModelArg model_arg;
   add_model_option(app, model_arg);
   if (!repl) {
-    app.add_option("-p,--prompt", g.prompt, "prompt ('-' reads stdin; \\n and \\t are unescaped)")->type_name("TEXT");
-    app.add_option("--prompt-ids", g.prompt_ids, "use the token ids in FILE (a JSON array) as the prompt")->type_name("FILE");
+    app.add_option("-p,--prompt", g.prompt, "prompt ('-' reads stdin; \\n and \\t are unescaped)")
+        ->type_name("TEXT");
+    app.add_option("--prompt-ids", g.prompt_ids,
+                   "use the token ids in FILE (a JSON array) as the prompt")
+        ->type_name("FILE");
   }
-  app.add_option("-n,--max-tokens", g.max_tokens, "tokens to generate (default 256)")->type_name("N")->check(CLI::Range(1, 1 << 30));
-  app.add_option("-c,--ctx-size", g.ctx_size, "context length (default: the model's, at most 32768)")
+  app.add_option("-n,--max-tokens", g.max_tokens, "tokens to generate (default 256)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("-c,--ctx-size", g.ctx_size,
+                 "context length (default: the model's, at most 32768)")
       ->type_name("N")
       ->check(CLI::Range(16, 1 << 24));
   app.add_option("--system", g.system, "system message")->type_name("TEXT");
   app.add_flag("--no-chat-template", g.no_chat_template, "encode the prompt as is");
   app.add_flag("--show-reasoning", g.show_reasoning, "print <think> reasoning too");
-  app.add_option("--stop", g.stop, "stop string (repeatable)")->type_name("TEXT")->allow_extra_args(false);
+  app.add_option("--stop", g.stop, "stop string (repeatable)")
+      ->type_name("TEXT")
+      ->allow_extra_args(false);
   app.add_flag("--ignore-eos", g.ignore_eos, "do not stop at end-of-sequence tokens");
-  app.add_option("--output-ids", g.output_ids, "write the prompt and generated token ids as JSON")->type_name("FILE");
+  app.add_option("--output-ids", g.output_ids, "write the prompt and generated token ids as JSON")
+      ->type_name("FILE");
   app.add_flag("-q,--quiet", g.quiet, "no timing line on stderr");
   add_load_options(app, g.load);
   add_sampling_options(app, g.sampling);
@@ -107,10 +117,12 @@ struct Engine {
 };
 
 Engine open_engine(const GenArgs& g) {
-  auto lm = models::load_model(g.model, g.load.load);  // first: its errors name the folder and files
+  auto lm =
+      models::load_model(g.model, g.load.load);  // first: its errors name the folder and files
   Engine e{std::move(lm), runtime::ChatFormatter::load(g.model), nullptr, 0};
   std::int64_t model_ctx = e.lm.model->config().context_length();
-  e.ctx = g.ctx_size > 0 ? g.ctx_size : (model_ctx > 0 ? std::min<std::int64_t>(model_ctx, 32768) : 4096);
+  e.ctx = g.ctx_size > 0 ? g.ctx_size
+                         : (model_ctx > 0 ? std::min<std::int64_t>(model_ctx, 32768) : 4096);
   e.pool = std::make_unique<models::KvBlockPool>(
       e.lm.model->kv_config(runtime::blocks_for(e.ctx, 32), 32));
   return e;
@@ -152,14 +164,18 @@ std::string reply(Engine& e, const GenArgs& g, const std::vector<std::int32_t>& 
   std::fflush(stdout);
   if (ids_out) *ids_out = res.tokens;
   if (!g.quiet) {
-    const double pp = res.prefill_seconds > 0 ? (res.prompt_tokens - res.cached_prompt_tokens) / res.prefill_seconds : 0;
+    const double pp = res.prefill_seconds > 0
+                          ? (res.prompt_tokens - res.cached_prompt_tokens) / res.prefill_seconds
+                          : 0;
     const double tg = res.decode_seconds > 0 && res.tokens.size() > 1
-                          ? (res.tokens.size() - 1) / res.decode_seconds : 0;
-    std::fprintf(stderr,
-                 "prompt: %lld tokens (%lld cached), %.1f tok/s | generation: %zu tokens, %.1f tok/s "
-                 "| finish: %s | peak memory: %.0f MiB\n",
-                 static_cast<long long>(res.prompt_tokens), static_cast<long long>(res.cached_prompt_tokens),
-                 pp, res.tokens.size(), tg, res.finish_reason.c_str(), peak_rss_mib());
+                          ? (res.tokens.size() - 1) / res.decode_seconds
+                          : 0;
+    std::fprintf(
+        stderr,
+        "prompt: %lld tokens (%lld cached), %.1f tok/s | generation: %zu tokens, %.1f tok/s "
+        "| finish: %s | peak memory: %.0f MiB\n",
+        static_cast<long long>(res.prompt_tokens), static_cast<long long>(res.cached_prompt_tokens),
+        pp, res.tokens.size(), tg, res.finish_reason.c_str(), peak_rss_mib());
   }
   return answer;
 }
@@ -176,9 +192,11 @@ int cmd_generate(const std::vector<std::string>& args) {
     std::ifstream f(g.prompt_ids);
     if (!f) throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": cannot open");
     auto j = nlohmann::json::parse(f, nullptr, false);
-    if (!j.is_array()) throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": not a JSON array of token ids");
+    if (!j.is_array())
+      throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": not a JSON array of token ids");
     for (const auto& v : j) {
-      if (!v.is_number_integer()) throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": not a JSON array of token ids");
+      if (!v.is_number_integer())
+        throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": not a JSON array of token ids");
       prompt.push_back(v.get<std::int32_t>());
     }
   } else if (!g.no_chat_template && e.fmt.has_template()) {
@@ -205,7 +223,8 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!parse(args, true, g)) return 0;
   Engine e = open_engine(g);
   if (!e.fmt.has_template())
-    throw_error(ErrorCategory::kBadInput, g.model + " has no chat template; use `mlxcel generate --no-chat-template`");
+    throw_error(ErrorCategory::kBadInput,
+                g.model + " has no chat template; use `mlxcel generate --no-chat-template`");
   nlohmann::json messages = nlohmann::json::array();
   if (!g.system.empty()) messages.push_back({{"role", "system"}, {"content", g.system}});
   std::fprintf(stderr, "mlxcel run: %s (%s). /clear resets, /exit quits.\n", g.model.c_str(),
