@@ -1,7 +1,8 @@
 #include "io/gguf_convert.h"
 
 #include <algorithm>
-#include <chrono>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -223,6 +224,17 @@ std::int64_t unpermuted_row(std::int64_t r, std::int64_t head_dim) {
   return h * head_dim + 2 * (rem % half) + rem / half;
 }
 
+// An f32 metadata value as the shortest decimal that reads back as the same float (1e-05, not
+// 9.999999747378752e-06), as the Hugging Face config the GGUF was made from wrote it.
+double metadata_number(const File& f, const std::string& key, double fallback) {
+  const double v = f.get_float_or(key, fallback);
+  const Value* m = f.find(key);
+  if (!m || m->type != ValueType::kF32) return v;
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, static_cast<float>(v));
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
 std::string dtype_config_name(DType t) { return t == DType::kBF16 ? "bfloat16" : "float16"; }
 
 }  // namespace
@@ -401,8 +413,8 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
                  {"num_attention_heads", n_heads},
                  {"num_key_value_heads", n_kv},
                  {"head_dim", head_dim},
-                 {"rms_norm_eps", f->get_float_or(p + "attention.layer_norm_rms_epsilon", 1e-6)},
-                 {"rope_theta", f->get_float_or(p + "rope.freq_base", 10000.0)},
+                 {"rms_norm_eps", metadata_number(*f, p + "attention.layer_norm_rms_epsilon", 1e-6)},
+                 {"rope_theta", metadata_number(*f, p + "rope.freq_base", 10000.0)},
                  {"vocab_size", vocab},
                  {"tie_word_embeddings", tied},
                  {"torch_dtype", dtype_config_name(dt)},

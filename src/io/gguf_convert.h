@@ -5,7 +5,8 @@
 // - Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (blocks of 32) are exactly MLX affine 4/5/8-bit with
 //   group size 32: Q4_1 / Q5_1 scale = d, bias = m; Q4_0 scale = d, bias = -8d; Q5_0 bias = -16d;
 //   Q8_0 bias = -128d. With float16 scales every dequantized value equals ggml's in fp32 (d is
-//   fp16 and d*q is exact in fp32), so the mapping is lossless; bfloat16 rounds the scales.
+//   fp16 and d*q is exact in fp32; only a zero's sign can differ: ggml's d*(q-8) is -0.0 for
+//   d < 0, d*q + bias is +0.0), so the mapping is lossless; bfloat16 rounds the scales.
 // - F32 / F16 / BF16 are cast to the output dtype (norms, biases, unquantized matrices).
 // - Other ggml types (K-quants, IQ*) are refused, naming the tensor and its type.
 // llama.cpp's converter permutes the q/k projection rows of llama-family models for its RoPE

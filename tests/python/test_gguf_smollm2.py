@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from _quant_util import CLI  # noqa: E402
+from test_gguf_convert import assert_same_bits  # noqa: E402
 
 gguf = pytest.importorskip("gguf")
 
@@ -80,10 +81,7 @@ def test_dequantized_weights_equal_gguf_package(model_dir, reader):
             bits = report[t.name]["bits"]
             got = mx.dequantize(ours[name + ".weight"], ours[name + ".scales"].astype(mx.float32),
                                 ours[name + ".biases"].astype(mx.float32), group_size=32, bits=bits)
-            got = np.array(got)
-            assert got.shape == ref.shape, t.name
-            diff = np.flatnonzero(got.view(np.uint32) != ref.view(np.uint32))
-            assert diff.size == 0, f"{t.name}: {diff.size} values differ, first at {diff[0]}: {got.flat[diff[0]]} vs {ref.flat[diff[0]]}"
+            assert_same_bits(np.array(got), ref, t.name)
         else:
             got = np.array(ours[name].astype(mx.float32))
             assert np.array_equal(got, ref.astype(np.float16).astype(np.float32)), t.name

@@ -85,7 +85,7 @@ void add_load_options(CLI::App& app, LoadArgs& l) {
       ->type_name("fast|mlx");
   app.add_option("-t,--threads", l.threads, "CPU threads (default: all cores, or MLXCEL_THREADS)")
       ->type_name("N")
-      ->check(CLI::Range(1, 1024));
+      ->check(in_range(1, 1024));
 }
 
 void LoadArgs::apply() const {

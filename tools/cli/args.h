@@ -15,6 +15,9 @@
 
 namespace mlxcel::cli {
 
+// CLI::Range without the "INT in [lo - hi]" note in --help (the help text states the range).
+inline CLI::Validator in_range(std::int64_t lo, std::int64_t hi) { return CLI::Range(lo, hi).description(""); }
+
 // A new app for `mlxcel NAME` with the house help formatting.
 std::unique_ptr<CLI::App> make_app(const std::string& name, const std::string& description);
 

@@ -81,13 +81,13 @@ int cmd_bench(const std::vector<std::string>& args) {
   add_model_option(app, model_arg);
   app.add_option("-p,--n-prompt", pp, "prompt tokens (default 512)")
       ->type_name("N")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(in_range(1, 1 << 20));
   app.add_option("-n,--n-gen", tg, "generated tokens (default 128)")
       ->type_name("N")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(in_range(1, 1 << 20));
   app.add_option("-r,--repeats", repeats, "repeats (default 3)")
       ->type_name("N")
-      ->check(CLI::Range(1, 100));
+      ->check(in_range(1, 100));
   app.add_option("--csv", csv, "append a CSV row per test with provenance")->type_name("FILE");
   add_load_options(app, load);
   if (!parse_args(app, args)) return 0;

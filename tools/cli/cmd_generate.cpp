@@ -64,11 +64,11 @@ bool parse(const std::vector<std::string>& args, bool repl, GenArgs& g) {
   }
   app.add_option("-n,--max-tokens", g.max_tokens, "tokens to generate (default 256)")
       ->type_name("N")
-      ->check(CLI::Range(1, 1 << 30));
+      ->check(in_range(1, 1 << 30));
   app.add_option("-c,--ctx-size", g.ctx_size,
                  "context length (default: the model's, at most 32768)")
       ->type_name("N")
-      ->check(CLI::Range(16, 1 << 24));
+      ->check(in_range(16, 1 << 24));
   app.add_option("--system", g.system, "system message")->type_name("TEXT");
   app.add_flag("--no-chat-template", g.no_chat_template, "encode the prompt as is");
   app.add_flag("--show-reasoning", g.show_reasoning, "print <think> reasoning too");

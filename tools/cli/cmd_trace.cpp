@@ -48,7 +48,7 @@ int cmd_trace(const std::vector<std::string>& args) {
       ->check(CLI::IsMember({"w1", "w8", "w256"}));
   app.add_option("--top-k", top_k, "logits kept per position (default 8)")
       ->type_name("K")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(in_range(1, 1 << 20));
   app.add_option("--dump", dump_dir,
                  "also write every named intermediate as DIR/<step>.<layer>.<name>.npy")
       ->type_name("DIR");
