@@ -186,8 +186,12 @@ void pack_group(const std::uint8_t* q, int bits, std::uint32_t* out) {
   }
 }
 
-// Stores fp32 `v` in `dt` (F16/BF16) and says whether the stored value equals v.
+// Stores fp32 `v` in `dt` (F32/F16/BF16) and says whether the stored value equals v.
 bool store(DType dt, float v, void* dst) {
+  if (dt == DType::kF32) {
+    std::memcpy(dst, &v, 4);
+    return true;
+  }
   if (dt == DType::kF16) {
     const f16 h(v);
     std::memcpy(dst, &h.bits, 2);
@@ -235,7 +239,9 @@ double metadata_number(const File& f, const std::string& key, double fallback) {
   return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
 }
 
-std::string dtype_config_name(DType t) { return t == DType::kBF16 ? "bfloat16" : "float16"; }
+std::string dtype_config_name(DType t) {
+  return t == DType::kBF16 ? "bfloat16" : t == DType::kF32 ? "float32" : "float16";
+}
 
 }  // namespace
 
@@ -247,8 +253,8 @@ std::vector<std::string> supported_architectures() {
 
 ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_dir,
                            const ConvertOptions& opt) {
-  MLXCEL_CHECK(opt.dtype == DType::kF16 || opt.dtype == DType::kBF16, ErrorCategory::kBadInput,
-               "convert: --dtype must be float16 or bfloat16");
+  MLXCEL_CHECK(opt.dtype == DType::kF16 || opt.dtype == DType::kBF16 || opt.dtype == DType::kF32,
+               ErrorCategory::kBadInput, "convert: --dtype must be float16, bfloat16 or float32");
   const auto f = File::open(gguf_path);
   const std::string& path = f->path();
   const std::string arch_name = f->get_string("general.architecture");
@@ -338,6 +344,7 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       auto* sp = static_cast<std::uint8_t*>(s.raw());
       auto* bp = static_cast<std::uint8_t*>(b.raw());
       bool exact = true;
+      const std::size_t es = dtype_size(dt);
       Block blk;
       for (std::int64_t r = 0; r < n_rows; ++r) {
         const std::uint8_t* src =
@@ -345,7 +352,7 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
         for (std::int64_t g = 0; g < groups; ++g) {
           decode_block(t.type, src + g * traits->type_size, blk);
           pack_group(blk.q, bits, wp + (r * groups + g) * bits);
-          const std::size_t at = static_cast<std::size_t>(r * groups + g) * 2;
+          const std::size_t at = static_cast<std::size_t>(r * groups + g) * es;
           if (dt == DType::kF16) {
             std::memcpy(sp + at, &blk.d_bits, 2);
             if (blk.bias_is_half)
@@ -372,16 +379,18 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       auto* op = static_cast<std::uint8_t*>(o.raw());
       const std::uint8_t* src = f->data(t);
       const bool copy = (t.type == TensorType::kF16 && dt == DType::kF16) ||
-                        (t.type == TensorType::kBF16 && dt == DType::kBF16);
+                        (t.type == TensorType::kBF16 && dt == DType::kBF16) ||
+                        (t.type == TensorType::kF32 && dt == DType::kF32);
+      const std::int64_t es = static_cast<std::int64_t>(dtype_size(dt));
       for (std::int64_t r = 0; r < n_rows; ++r) {
         const std::int64_t sr = src_row(r);
         if (copy) {
-          std::memcpy(op + r * row_len * 2, src + sr * row_len * 2,
-                      static_cast<std::size_t>(row_len * 2));
+          std::memcpy(op + r * row_len * es, src + sr * row_len * es,
+                      static_cast<std::size_t>(row_len * es));
         } else {
           for (std::int64_t c = 0; c < row_len; ++c)
             store(dt, dense_at(t.type, src, static_cast<std::uint64_t>(sr * row_len + c)),
-                  op + (r * row_len + c) * 2);
+                  op + (r * row_len + c) * es);
         }
       }
       out.emplace_back(full, o);
@@ -405,20 +414,21 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
   if (!f->find_tensor("output_norm.weight"))
     throw_error(ErrorCategory::kBadInput, path + ": tensor output_norm.weight is missing");
 
-  json config = {{"architectures", {arch->hf_class}},
-                 {"model_type", arch->model_type},
-                 {"hidden_size", hidden},
-                 {"intermediate_size", ff},
-                 {"num_hidden_layers", n_layers},
-                 {"num_attention_heads", n_heads},
-                 {"num_key_value_heads", n_kv},
-                 {"head_dim", head_dim},
-                 {"rms_norm_eps", metadata_number(*f, p + "attention.layer_norm_rms_epsilon", 1e-6)},
-                 {"rope_theta", metadata_number(*f, p + "rope.freq_base", 10000.0)},
-                 {"vocab_size", vocab},
-                 {"tie_word_embeddings", tied},
-                 {"torch_dtype", dtype_config_name(dt)},
-                 {"hidden_act", "silu"}};
+  json config = {
+      {"architectures", {arch->hf_class}},
+      {"model_type", arch->model_type},
+      {"hidden_size", hidden},
+      {"intermediate_size", ff},
+      {"num_hidden_layers", n_layers},
+      {"num_attention_heads", n_heads},
+      {"num_key_value_heads", n_kv},
+      {"head_dim", head_dim},
+      {"rms_norm_eps", metadata_number(*f, p + "attention.layer_norm_rms_epsilon", 1e-6)},
+      {"rope_theta", metadata_number(*f, p + "rope.freq_base", 10000.0)},
+      {"vocab_size", vocab},
+      {"tie_word_embeddings", tied},
+      {"torch_dtype", dtype_config_name(dt)},
+      {"hidden_act", "silu"}};
   if (ctx > 0) config["max_position_embeddings"] = ctx;
   if (std::string(arch->model_type) == "llama") {
     config["attention_bias"] = f->find_tensor("blk.0.attn_q.bias") != nullptr;

@@ -6,7 +6,8 @@
 //   group size 32: Q4_1 / Q5_1 scale = d, bias = m; Q4_0 scale = d, bias = -8d; Q5_0 bias = -16d;
 //   Q8_0 bias = -128d. With float16 scales every dequantized value equals ggml's in fp32 (d is
 //   fp16 and d*q is exact in fp32; only a zero's sign can differ: ggml's d*(q-8) is -0.0 for
-//   d < 0, d*q + bias is +0.0), so the mapping is lossless; bfloat16 rounds the scales.
+//   d < 0, d*q + bias is +0.0), so the mapping is lossless; float32 is lossless too (and runs
+//   in fp32 activations), bfloat16 rounds the scales.
 // - F32 / F16 / BF16 are cast to the output dtype (norms, biases, unquantized matrices).
 // - Other ggml types (K-quants, IQ*) are refused, naming the tensor and its type.
 // llama.cpp's converter permutes the q/k projection rows of llama-family models for its RoPE
@@ -20,7 +21,7 @@
 namespace mlxcel::gguf {
 
 struct ConvertOptions {
-  DType dtype = DType::kF16;  // scales, biases and float tensors: kF16 or kBF16
+  DType dtype = DType::kF16;  // scales, biases and float tensors: kF16, kBF16 or kF32
 };
 
 struct TensorReport {

@@ -29,11 +29,11 @@ int cmd_convert(const std::vector<std::string>& args) {
   app.add_option("--dtype", dtype,
                  "dtype of scales, biases and float tensors (default float16: keeps GGUF's fp16 "
                  "scales exact)")
-      ->type_name("float16|bfloat16")
-      ->check(CLI::IsMember({"float16", "bfloat16"}));
+      ->type_name("float16|bfloat16|float32")
+      ->check(CLI::IsMember({"float16", "bfloat16", "float32"}));
   if (!parse_args(app, args)) return 0;
   gguf::ConvertOptions opt;
-  opt.dtype = dtype == "bfloat16" ? DType::kBF16 : DType::kF16;
+  opt.dtype = dtype == "bfloat16" ? DType::kBF16 : dtype == "float32" ? DType::kF32 : DType::kF16;
   const auto t0 = std::chrono::steady_clock::now();
   const auto rep = gguf::convert_gguf(gguf, out, opt);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
