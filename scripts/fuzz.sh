@@ -16,12 +16,13 @@ core=(src/core/error.cpp src/core/log.cpp src/core/dtype.cpp src/core/device.cpp
 "$CXX" "${flags[@]}" fuzz/fuzz_safetensors.cpp src/io/safetensors.cpp "${core[@]}" -o "$out/fuzz_safetensors"
 "$CXX" "${flags[@]}" fuzz/fuzz_model_config.cpp src/io/model_config.cpp src/quant/quant_params.cpp "${core[@]}" \
   -o "$out/fuzz_model_config"
+"$CXX" "${flags[@]}" fuzz/fuzz_gguf.cpp src/io/gguf.cpp src/io/gguf_tokenizer.cpp "${core[@]}" -o "$out/fuzz_gguf"
 [ "${1:-}" = "--build-only" ] && exit 0
 
 # Seed corpora: valid files in the layouts MLX and the reference writer produce, and configs.
 seeds="$out/seeds"
 rm -rf "$seeds"
-mkdir -p "$seeds/safetensors" "$seeds/config"
+mkdir -p "$seeds/safetensors" "$seeds/config" "$seeds/gguf"
 python3 - "$seeds" <<'PY'
 import json, struct, sys, pathlib
 root = pathlib.Path(sys.argv[1])
@@ -51,6 +52,28 @@ cfgs = [{"quantization": {"group_size": 64, "bits": 4, "model.layers.0.mlp.gate"
         {"text_config": {"quantization_config": {"quant_method": "mxfp4"}}}]
 for i, c in enumerate(cfgs):
     (root / "config" / f"c{i}.json").write_text(json.dumps(c))
+# GGUF v3: a tiny llama-style file with a byte-level vocabulary and one Q4_0 and one F32 tensor.
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+def gkv(key, vtype, payload):
+    return gstr(key) + struct.pack("<I", vtype) + payload
+def garr(etype, items):
+    return struct.pack("<IQ", etype, len(items)) + b"".join(items)
+kvs = [gkv("general.architecture", 8, gstr("llama")),
+       gkv("llama.block_count", 4, struct.pack("<I", 1)),
+       gkv("tokenizer.ggml.model", 8, gstr("gpt2")),
+       gkv("tokenizer.ggml.pre", 8, gstr("smollm")),
+       gkv("tokenizer.ggml.tokens", 9, garr(8, [gstr(t) for t in ["<s>", "a", "b", "ab", "\u0120"]])),
+       gkv("tokenizer.ggml.token_type", 9, garr(5, [struct.pack("<i", t) for t in [3, 1, 1, 1, 1]])),
+       gkv("tokenizer.ggml.merges", 9, garr(8, [gstr("a b")])),
+       gkv("tokenizer.ggml.bos_token_id", 4, struct.pack("<I", 0)),
+       gkv("tokenizer.chat_template", 8, gstr("{{ messages }}"))]
+infos = [gstr("blk.0.attn_q.weight") + struct.pack("<IQQIQ", 2, 32, 2, 2, 0),
+         gstr("output_norm.weight") + struct.pack("<IQIQ", 1, 8, 0, 64)]
+head = b"GGUF" + struct.pack("<IQQ", 3, len(infos), len(kvs)) + b"".join(kvs) + b"".join(infos)
+head += bytes((32 - len(head) % 32) % 32)
+(root / "gguf" / "tiny.gguf").write_bytes(head + bytes(range(36)) + bytes(28) + bytes(32))
 PY
 
 run() {
@@ -62,6 +85,7 @@ run() {
       -print_final_stats=1 "corpus_$target" "seeds/$seed_dir") 2>&1 | tail -n 12
   return "${PIPESTATUS[0]}"
 }
-run fuzz_safetensors $((total * 3 / 4)) safetensors
-run fuzz_model_config $((total - total * 3 / 4)) config
+run fuzz_safetensors $((total / 2)) safetensors
+run fuzz_model_config $((total / 4)) config
+run fuzz_gguf $((total - total / 2 - total / 4)) gguf
 echo "fuzz: no crashes"

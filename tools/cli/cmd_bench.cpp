@@ -22,6 +22,7 @@
 #include "runtime/loader.h"
 #include "runtime/generator.h"
 #include "runtime/options.h"
+#include "tools/cli/args.h"
 #include "tools/cli/command.h"
 
 namespace mlxcel::cli {
@@ -67,38 +68,44 @@ double median(std::vector<double> v) {
 }
 
 int cmd_bench(const std::vector<std::string>& args) {
-  std::string model_dir, csv;
+  std::string csv;
   std::int64_t pp = 512, tg = 128;
   int repeats = 3;
-  runtime::LoadOptions load;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, a + " needs a value");
-      return args[++i];
-    };
-    if (runtime::parse_load_flag(args, i, load)) continue;
-    if (a == "-m" || a == "--model") model_dir = value();
-    else if (a == "-p" || a == "--n-prompt") pp = runtime::parse_int_flag(a, value(), 1, 1 << 20);
-    else if (a == "-n" || a == "--n-gen") tg = runtime::parse_int_flag(a, value(), 1, 1 << 20);
-    else if (a == "-r" || a == "--repeats") repeats = static_cast<int>(runtime::parse_int_flag(a, value(), 1, 100));
-    else if (a == "--csv") csv = value();
-    else if (a == "-h" || a == "--help") {
-      std::printf("usage: mlxcel bench -m MODEL_DIR [-p 512] [-n 128] [-r 3] [--csv FILE] [--numerics fast|mlx]\n");
-      return 0;
-    } else throw_error(ErrorCategory::kBadInput, "unknown option " + a);
-  }
-  if (model_dir.empty()) throw_error(ErrorCategory::kBadInput, "a model folder is required (-m DIR)");
-  auto lm = runtime::load_model(model_dir, load);
+  LoadArgs load;
+  auto app_owner = make_app(
+      "bench",
+      "Prefill (pp) and decode (tg) throughput, llama-bench style: greedy, EOS ignored, a warm-up\n"
+      "pass, median of repeats; decode is compared with the measured memory-bandwidth ceiling.");
+  CLI::App& app = *app_owner;
+  ModelArg model_arg;
+  add_model_option(app, model_arg);
+  app.add_option("-p,--n-prompt", pp, "prompt tokens (default 512)")
+      ->type_name("N")
+      ->check(in_range(1, 1 << 20));
+  app.add_option("-n,--n-gen", tg, "generated tokens (default 128)")
+      ->type_name("N")
+      ->check(in_range(1, 1 << 20));
+  app.add_option("-r,--repeats", repeats, "repeats (default 3)")
+      ->type_name("N")
+      ->check(in_range(1, 100));
+  app.add_option("--csv", csv, "append a CSV row per test with provenance")->type_name("FILE");
+  add_load_options(app, load);
+  if (!parse_args(app, args)) return 0;
+  const std::string model_dir = model_arg.resolve();
+  load.apply();
+  auto lm = runtime::load_model(model_dir, load.load);
   auto& model = *lm.model;
   const auto& cfg = model.config();
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = load.threads > 0
+                          ? load.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const double bw = measure_bandwidth_gbs(std::size_t{1} << 30, threads);
   const double bytes_tok = static_cast<double>(model.decode_bytes_per_token());
 
   std::mt19937 rng(0);
   std::vector<std::int32_t> prompt(static_cast<std::size_t>(pp));
-  for (auto& t : prompt) t = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(cfg.vocab_size));
+  for (auto& t : prompt)
+    t = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(cfg.vocab_size));
   runtime::KvBlockPool pool(model.kv_layout(runtime::blocks_for(pp + tg + 1, 32), 32), &model.backend());
   runtime::GenerationConfig gc;
   gc.max_tokens = tg;
@@ -106,8 +113,9 @@ int cmd_bench(const std::vector<std::string>& args) {
   gc.prefill_chunk = pp;
   std::vector<double> pp_rates, tg_rates;
   for (int r = 0; r <= repeats; ++r) {  // r == 0 is the warm-up
-    auto res = runtime::generate(model, pool, prompt, gc, [](const runtime::SampleResult&, bool) { return true; },
-                                 /*reuse_prefix=*/false);
+    auto res = runtime::generate(
+        model, pool, prompt, gc, [](const runtime::SampleResult&, bool) { return true; },
+        /*reuse_prefix=*/false);
     if (r == 0) continue;
     pp_rates.push_back(pp / res.prefill_seconds);
     tg_rates.push_back((res.tokens.size() - 1) / res.decode_seconds);
@@ -116,10 +124,12 @@ int cmd_bench(const std::vector<std::string>& args) {
   const double tg_ceiling = bw * 1e9 / bytes_tok;
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  std::printf("model: %s (%s), weights %.1f MiB, decode streams %.1f MiB/token\n", model_dir.c_str(),
-              cfg.model_type.c_str(), model.weight_bytes() / 1048576.0, bytes_tok / 1048576.0);
-  std::printf("machine: %d threads, measured read bandwidth %.1f GB/s -> decode ceiling %.1f tok/s\n",
-              threads, bw, tg_ceiling);
+  std::printf("model: %s (%s), weights %.1f MiB, decode streams %.1f MiB/token\n",
+              model_dir.c_str(), cfg.model_type.c_str(), model.weight_bytes() / 1048576.0,
+              bytes_tok / 1048576.0);
+  std::printf(
+      "machine: %d threads, measured read bandwidth %.1f GB/s -> decode ceiling %.1f tok/s\n",
+      threads, bw, tg_ceiling);
   std::printf("| test | tok/s (median of %d) | ceiling | ratio |\n|---|---|---|---|\n", repeats);
   std::printf("| pp%lld | %.1f | - | - |\n", static_cast<long long>(pp), pp_med);
   std::printf("| tg%lld | %.2f | %.1f | %.3f |\n", static_cast<long long>(tg), tg_med, tg_ceiling,
@@ -131,18 +141,21 @@ int cmd_bench(const std::vector<std::string>& args) {
     uname(&un);
     bool exists = std::ifstream(csv).good();
     std::ofstream f(csv, std::ios::app);
-    if (!exists) f << "commit,backend,device,model,test,tok_s,ceiling_tok_s,ratio,bandwidth_gbs,bytes_per_token,peak_mib\n";
-    f << b.commit << ",cpu," << un.machine << "-" << threads << "t," << model_dir << ",pp" << pp << "," << pp_med
-      << ",,," << bw << "," << bytes_tok << "," << u.ru_maxrss / 1024 << "\n";
-    f << b.commit << ",cpu," << un.machine << "-" << threads << "t," << model_dir << ",tg" << tg << "," << tg_med
-      << "," << tg_ceiling << "," << tg_med / tg_ceiling << "," << bw << "," << bytes_tok << ","
-      << u.ru_maxrss / 1024 << "\n";
+    if (!exists)
+      f << "commit,backend,device,model,test,tok_s,ceiling_tok_s,ratio,bandwidth_gbs,bytes_per_"
+           "token,peak_mib\n";
+    f << b.commit << ",cpu," << un.machine << "-" << threads << "t," << model_dir << ",pp" << pp
+      << "," << pp_med << ",,," << bw << "," << bytes_tok << "," << u.ru_maxrss / 1024 << "\n";
+    f << b.commit << ",cpu," << un.machine << "-" << threads << "t," << model_dir << ",tg" << tg
+      << "," << tg_med << "," << tg_ceiling << "," << tg_med / tg_ceiling << "," << bw << ","
+      << bytes_tok << "," << u.ru_maxrss / 1024 << "\n";
   }
   return 0;
 }
 
 }  // namespace
 
-MLXCEL_COMMAND("bench", "prefill/decode throughput against the measured memory-bandwidth ceiling", cmd_bench);
+MLXCEL_COMMAND("bench", "prefill/decode throughput against the measured memory-bandwidth ceiling",
+               cmd_bench);
 
 }  // namespace mlxcel::cli

@@ -1,6 +1,10 @@
 // `mlxcel generate` (one prompt) and `mlxcel run` (interactive chat). Text streams to stdout;
 // timing and memory go to stderr.
+#include <signal.h>
 #include <sys/resource.h>
+
+#include <cerrno>
+#include <csignal>
 
 #include <cstdio>
 #include <fstream>
@@ -18,10 +22,17 @@
 #include "runtime/stop_strings.h"
 #include "tokenizer/reasoning.h"
 #include "tokenizer/streaming_decoder.h"
+#include "tools/cli/args.h"
 #include "tools/cli/command.h"
 
 namespace mlxcel::cli {
 namespace {
+
+// Set by SIGINT in `mlxcel run`: the answer being generated stops at the next token and the
+// chat goes on (llama.cpp's and Ollama's REPLs behave so). A signal handler can only talk
+// through a flag like this one.
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_sigint(int) { g_interrupted = 1; }
 
 struct GenArgs {
   std::string model, prompt, system, output_ids, prompt_ids;
@@ -30,63 +41,53 @@ struct GenArgs {
   bool no_chat_template = false, show_reasoning = false, ignore_eos = false, quiet = false;
   std::vector<std::string> stop;
   runtime::SamplingParams sampling;
-  runtime::LoadOptions load;
+  LoadArgs load;
 };
 
-void print_help(bool repl) {
-  std::printf(
-      repl ? "usage: mlxcel run MODEL_DIR [options]\n"
-             "Interactive chat with the model's chat template. Commands: /clear, /exit.\n"
-           : "usage: mlxcel generate -m MODEL_DIR -p TEXT [options]\n");
-  std::printf(
-      "  -m, --model DIR        MLX model folder\n"
-      "%s"
-      "  -n, --max-tokens N     tokens to generate (default 256)\n"
-      "  --system TEXT          system message\n"
-      "  --no-chat-template     encode the prompt as is\n"
-      "  --show-reasoning       print <think> reasoning too\n"
-      "  --stop TEXT            stop string (repeatable)\n"
-      "  --ignore-eos           do not stop at end-of-sequence tokens\n"
-      "  --ctx-size N           context length (default: the model's)\n"
-      "  --output-ids FILE      write the prompt and generated token ids as JSON\n"
-      "  --prompt-ids FILE      use the token ids in FILE (a JSON array) as the prompt\n"
-      "%s%s",
-      runtime::load_flags_help(), repl ? "" : "  -p, --prompt TEXT      prompt ('-' reads stdin; \\n and \\t are unescaped)\n",
-      runtime::sampling_flags_help());
-}
-
-GenArgs parse(const std::vector<std::string>& args, bool repl) {
-  GenArgs g;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, a + " needs a value");
-      return args[++i];
-    };
-    if (runtime::parse_sampling_flag(args, i, g.sampling)) continue;
-    if (runtime::parse_load_flag(args, i, g.load)) continue;
-    if (a == "-m" || a == "--model") g.model = value();
-    else if (!repl && (a == "-p" || a == "--prompt")) g.prompt = value();
-    else if (a == "-n" || a == "--max-tokens") g.max_tokens = runtime::parse_int_flag(a, value(), 1, 1 << 30);
-    else if (a == "--system") g.system = value();
-    else if (a == "--no-chat-template") g.no_chat_template = true;
-    else if (a == "--show-reasoning") g.show_reasoning = true;
-    else if (a == "--stop") g.stop.push_back(value());
-    else if (a == "--ignore-eos") g.ignore_eos = true;
-    else if (a == "--ctx-size") g.ctx_size = runtime::parse_int_flag(a, value(), 16, 1 << 24);
-    else if (a == "--output-ids") g.output_ids = value();
-    else if (!repl && a == "--prompt-ids") g.prompt_ids = value();
-    else if (a == "-q" || a == "--quiet") g.quiet = true;
-    else if (a == "-h" || a == "--help") {
-      print_help(repl);
-      std::exit(0);
-    } else if (repl && g.model.empty() && a[0] != '-') g.model = a;
-    else throw_error(ErrorCategory::kBadInput, "unknown option " + a + " (see --help)");
+// Returns false when --help was printed.
+bool parse(const std::vector<std::string>& args, bool repl, GenArgs& g) {
+  auto app_owner =
+      make_app(repl ? "run" : "generate",
+               repl ? "Interactive chat with the model's chat template.\n"
+                      "In the chat: /clear resets the conversation, /exit (or Ctrl-D) quits,\n"
+                      "Ctrl-C stops the answer being written."
+                    : "Generates text for one prompt: the text goes to stdout, timing to stderr.");
+  CLI::App& app = *app_owner;
+  ModelArg model_arg;
+  add_model_option(app, model_arg);
+  if (!repl) {
+    app.add_option("-p,--prompt", g.prompt, "prompt ('-' reads stdin; \\n and \\t are unescaped)")
+        ->type_name("TEXT");
+    app.add_option("--prompt-ids", g.prompt_ids,
+                   "use the token ids in FILE (a JSON array) as the prompt")
+        ->type_name("FILE");
   }
-  if (g.model.empty()) throw_error(ErrorCategory::kBadInput, "a model folder is required (-m DIR)");
+  app.add_option("-n,--max-tokens", g.max_tokens, "tokens to generate (default 256)")
+      ->type_name("N")
+      ->check(in_range(1, 1 << 30));
+  app.add_option("-c,--ctx-size", g.ctx_size,
+                 "context length (default: the model's, at most 32768)")
+      ->type_name("N")
+      ->check(in_range(16, 1 << 24));
+  app.add_option("--system", g.system, "system message")->type_name("TEXT");
+  app.add_flag("--no-chat-template", g.no_chat_template, "encode the prompt as is");
+  app.add_flag("--show-reasoning", g.show_reasoning, "print <think> reasoning too");
+  app.add_option("--stop", g.stop, "stop string (repeatable)")
+      ->type_name("TEXT")
+      ->allow_extra_args(false);
+  app.add_flag("--ignore-eos", g.ignore_eos, "do not stop at end-of-sequence tokens");
+  app.add_option("--output-ids", g.output_ids, "write the prompt and generated token ids as JSON")
+      ->type_name("FILE");
+  app.add_flag("-q,--quiet", g.quiet, "no timing line on stderr");
+  add_load_options(app, g.load);
+  add_sampling_options(app, g.sampling);
+  if (!parse_args(app, args)) return false;
+  g.model = model_arg.resolve();
   if (!repl && g.prompt.empty() && g.prompt_ids.empty())
     throw_error(ErrorCategory::kBadInput, "a prompt is required (-p TEXT or --prompt-ids FILE)");
-  return g;
+  ensure_seed(g.sampling);
+  g.load.apply();
+  return true;
 }
 
 std::string unescape(const std::string& s) {
@@ -116,10 +117,12 @@ struct Engine {
 };
 
 Engine open_engine(const GenArgs& g) {
-  auto lm = runtime::load_model(g.model, g.load);  // first: its errors name the folder and files
+  auto lm =
+      runtime::load_model(g.model, g.load.load);  // first: its errors name the folder and files
   Engine e{std::move(lm), runtime::ChatFormatter::load(g.model), nullptr, 0};
   std::int64_t model_ctx = e.lm.model->config().context_length();
-  e.ctx = g.ctx_size > 0 ? g.ctx_size : (model_ctx > 0 ? std::min<std::int64_t>(model_ctx, 32768) : 4096);
+  e.ctx = g.ctx_size > 0 ? g.ctx_size
+                         : (model_ctx > 0 ? std::min<std::int64_t>(model_ctx, 32768) : 4096);
   e.pool = std::make_unique<runtime::KvBlockPool>(
       e.lm.model->kv_layout(runtime::blocks_for(e.ctx, 32), 32), &e.lm.model->backend());
   return e;
@@ -147,7 +150,7 @@ std::string reply(Engine& e, const GenArgs& g, const std::vector<std::int32_t>& 
   };
   auto res = runtime::generate(*e.lm.model, *e.pool, prompt, cfg,
                                [&](const runtime::SampleResult& r, bool eos) {
-                                 if (eos) return false;
+                                 if (eos || g_interrupted) return false;
                                  auto m = stops.push(detok.push(r.token));
                                  show(m.emit);
                                  return !m.stopped;
@@ -161,20 +164,25 @@ std::string reply(Engine& e, const GenArgs& g, const std::vector<std::int32_t>& 
   std::fflush(stdout);
   if (ids_out) *ids_out = res.tokens;
   if (!g.quiet) {
-    const double pp = res.prefill_seconds > 0 ? (res.prompt_tokens - res.cached_prompt_tokens) / res.prefill_seconds : 0;
+    const double pp = res.prefill_seconds > 0
+                          ? (res.prompt_tokens - res.cached_prompt_tokens) / res.prefill_seconds
+                          : 0;
     const double tg = res.decode_seconds > 0 && res.tokens.size() > 1
-                          ? (res.tokens.size() - 1) / res.decode_seconds : 0;
-    std::fprintf(stderr,
-                 "prompt: %lld tokens (%lld cached), %.1f tok/s | generation: %zu tokens, %.1f tok/s "
-                 "| finish: %s | peak memory: %.0f MiB\n",
-                 static_cast<long long>(res.prompt_tokens), static_cast<long long>(res.cached_prompt_tokens),
-                 pp, res.tokens.size(), tg, res.finish_reason.c_str(), peak_rss_mib());
+                          ? (res.tokens.size() - 1) / res.decode_seconds
+                          : 0;
+    std::fprintf(
+        stderr,
+        "prompt: %lld tokens (%lld cached), %.1f tok/s | generation: %zu tokens, %.1f tok/s "
+        "| finish: %s | peak memory: %.0f MiB\n",
+        static_cast<long long>(res.prompt_tokens), static_cast<long long>(res.cached_prompt_tokens),
+        pp, res.tokens.size(), tg, res.finish_reason.c_str(), peak_rss_mib());
   }
   return answer;
 }
 
 int cmd_generate(const std::vector<std::string>& args) {
-  GenArgs g = parse(args, false);
+  GenArgs g;
+  if (!parse(args, false, g)) return 0;
   std::string prompt_text = unescape(g.prompt);
   if (prompt_text == "-") prompt_text.assign(std::istreambuf_iterator<char>(std::cin), {});
   Engine e = open_engine(g);
@@ -184,9 +192,11 @@ int cmd_generate(const std::vector<std::string>& args) {
     std::ifstream f(g.prompt_ids);
     if (!f) throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": cannot open");
     auto j = nlohmann::json::parse(f, nullptr, false);
-    if (!j.is_array()) throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": not a JSON array of token ids");
+    if (!j.is_array())
+      throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": not a JSON array of token ids");
     for (const auto& v : j) {
-      if (!v.is_number_integer()) throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": not a JSON array of token ids");
+      if (!v.is_number_integer())
+        throw_error(ErrorCategory::kBadInput, g.prompt_ids + ": not a JSON array of token ids");
       prompt.push_back(v.get<std::int32_t>());
     }
   } else if (!g.no_chat_template && e.fmt.has_template()) {
@@ -209,19 +219,33 @@ int cmd_generate(const std::vector<std::string>& args) {
 }
 
 int cmd_run(const std::vector<std::string>& args) {
-  GenArgs g = parse(args, true);
+  GenArgs g;
+  if (!parse(args, true, g)) return 0;
   Engine e = open_engine(g);
   if (!e.fmt.has_template())
-    throw_error(ErrorCategory::kBadInput, g.model + " has no chat template; use `mlxcel generate --no-chat-template`");
+    throw_error(ErrorCategory::kBadInput,
+                g.model + " has no chat template; use `mlxcel generate --no-chat-template`");
   nlohmann::json messages = nlohmann::json::array();
   if (!g.system.empty()) messages.push_back({{"role", "system"}, {"content", g.system}});
   std::fprintf(stderr, "mlxcel run: %s (%s). /clear resets, /exit quits.\n", g.model.c_str(),
                e.lm.model->config().model_type.c_str());
+  // No SA_RESTART: a Ctrl-C at the prompt interrupts the read, so the prompt can be shown again.
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
   std::string line;
   while (true) {
+    g_interrupted = 0;
     std::fputs(">>> ", stdout);
     std::fflush(stdout);
-    if (!std::getline(std::cin, line)) break;
+    if (!std::getline(std::cin, line)) {
+      if (!g_interrupted) break;
+      std::cin.clear();
+      clearerr(stdin);
+      std::fputs("\n(use /exit or Ctrl-D to quit)\n", stdout);
+      continue;
+    }
     if (line == "/exit" || line == "/quit") break;
     if (line == "/clear") {
       messages = nlohmann::json::array();
@@ -236,6 +260,7 @@ int cmd_run(const std::vector<std::string>& args) {
       auto prompt = e.fmt.encode_chat(messages, nullptr, nlohmann::json::object(), &rendered);
       bool in_r = ReasoningSplitter::prompt_opens_reasoning(rendered, e.fmt.reasoning_markers());
       std::string answer = reply(e, g, prompt, in_r, nullptr);
+      if (g_interrupted) std::fputs("(stopped)\n", stdout);
       messages.push_back({{"role", "assistant"}, {"content", answer}});
     } catch (const Error& err) {
       if (err.category() != ErrorCategory::kBadInput) throw;

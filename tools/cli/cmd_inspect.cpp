@@ -2,6 +2,8 @@
 // this build would load it. Quantized modules are grouped by path pattern (layer indices become
 // `*`) and parameters; each group shows mode / bits / group size and the route on the backend.
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <tuple>
@@ -14,6 +16,7 @@
 #include "io/model_config.h"
 #include "io/quant_plan.h"
 #include "io/safetensors.h"
+#include "tools/cli/args.h"
 #include "tools/cli/command.h"
 
 namespace mlxcel::cli {
@@ -41,39 +44,37 @@ std::string pattern_of(const std::string& path) {
 
 std::string human(std::uint64_t b) {
   char buf[64];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / 1048576.0);
-  else if (b >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  if (b >= (1ull << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
+  else if (b >= (1ull << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / 1048576.0);
+  else if (b >= (1ull << 10))
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
   return buf;
 }
 
 int cmd_inspect(const std::vector<std::string>& args) {
-  std::string dir;
   bool as_json = false;
   BackendKind backend = gpu::compiled_backend();
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::printf(
-          "usage: mlxcel inspect -m DIR [--json] [--backend cpu|cuda|rocm]\n"
-          "Lists the quantized module groups of an MLX / Hugging Face model folder (mode, bits,\n"
-          "group size, how this build runs them on the backend) and the total weight bytes.\n"
-          "Default backend: the one this build was compiled for.\n");
-      return 0;
-    } else if ((a == "-m" || a == "--model") && i + 1 < args.size()) {
-      dir = args[++i];
-    } else if (a == "--json") {
-      as_json = true;
-    } else if (a == "--backend" && i + 1 < args.size()) {
-      if (!parse_backend(args[++i], &backend)) {
-        throw_error(ErrorCategory::kBadInput, "inspect: unknown backend '" + args[i] + "' (cpu, cuda, rocm)");
-      }
-    } else {
-      throw_error(ErrorCategory::kBadInput, "inspect: unexpected argument '" + a + "'; see mlxcel inspect --help");
-    }
-  }
-  if (dir.empty()) throw_error(ErrorCategory::kBadInput, "inspect: -m DIR is required");
+  std::string backend_arg;
+  auto app_owner = make_app(
+      "inspect",
+      "Lists the quantized module groups of an MLX / Hugging Face model folder (mode, bits,\n"
+      "group size, how this build runs them on the backend) and the total weight bytes.");
+  CLI::App& app = *app_owner;
+  ModelArg model_arg;
+  add_model_option(app, model_arg);
+  app.add_flag("--json", as_json, "print JSON");
+  app.add_option("--backend", backend_arg,
+                 "backend to plan for (default: the one this build was compiled for)")
+      ->type_name("cpu|cuda|rocm");
+  if (!parse_args(app, args)) return 0;
+  const std::string dir = model_arg.resolve();
+  if (!backend_arg.empty() && !parse_backend(backend_arg, &backend))
+    throw_error(ErrorCategory::kBadInput,
+                "inspect: unknown backend '" + backend_arg + "' (cpu, cuda, rocm)");
 
   const ModelConfig cfg = ModelConfig::load(dir);
   const Checkpoint ckpt = Checkpoint::open(dir);
@@ -97,8 +98,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
     std::string rs = r.str();
     if (m.origin == QuantOrigin::kFp8Block) rs = "fp8 block -> mxfp8 at load, then " + rs;
     if (m.origin == QuantOrigin::kAwq) rs = "awq repack -> affine at load, then " + rs;
-    const auto key = std::make_tuple(pattern_of(m.path), static_cast<int>(m.params.mode), m.params.bits,
-                                     m.params.group_size, rs);
+    const auto key = std::make_tuple(pattern_of(m.path), static_cast<int>(m.params.mode),
+                                     m.params.bits, m.params.group_size, rs);
     auto it = index.find(key);
     if (it == index.end()) {
       it = index.emplace(key, groups.size()).first;
@@ -119,8 +120,16 @@ int cmd_inspect(const std::vector<std::string>& args) {
                        {"route", rs}});
   }
 
+  // A folder written by `mlxcel convert --from-gguf` says what each GGUF tensor became.
+  nlohmann::json converted;
+  if (std::ifstream cf(std::filesystem::path(dir) / "mlxcel_convert.json"); cf) {
+    converted = nlohmann::json::parse(cf, nullptr, false);
+    if (!converted.is_object()) converted = nullptr;
+  }
+
   if (as_json) {
     nlohmann::json j;
+    if (!converted.is_null()) j["converted"] = converted;
     j["model"] = dir;
     j["backend"] = backend_name(backend);
     j["quantization"] = {{"present", qc.present},
@@ -158,19 +167,29 @@ int cmd_inspect(const std::vector<std::string>& args) {
   } else {
     std::printf("quantization: none\n");
   }
+  if (!converted.is_null()) {
+    std::printf(
+        "converted:    from %s (GGUF %s, %s): %lld quantized tensors exact, %lld with rounded "
+        "scales, %lld float\n",
+        converted.value("source", "?").c_str(), converted.value("architecture", "?").c_str(),
+        converted.value("dtype", "?").c_str(), converted.value("exact_quantized", 0LL),
+        converted.value("rounded_quantized", 0LL), converted.value("dense", 0LL));
+  }
   std::printf("backend:      %s\n\n", std::string(backend_name(backend)).c_str());
   if (!groups.empty()) {
-    std::printf("%-48s %5s  %-6s %4s %4s  %-9s %10s  %s\n", "module group", "count", "mode", "bits", "gs", "origin",
-                "bytes", "route");
+    std::printf("%-48s %5s  %-6s %4s %4s  %-9s %10s  %s\n", "module group", "count", "mode", "bits",
+                "gs", "origin", "bytes", "route");
     for (const auto& g : groups) {
       std::printf("%-48s %5zu  %-6s %4d %4d  %-9s %10s  %s\n", g.pattern.c_str(), g.paths.size(),
-                  std::string(quant_mode_name(g.params.mode)).c_str(), g.params.bits, g.params.group_size,
-                  g.origin.c_str(), human(g.bytes).c_str(), g.route.c_str());
+                  std::string(quant_mode_name(g.params.mode)).c_str(), g.params.bits,
+                  g.params.group_size, g.origin.c_str(), human(g.bytes).c_str(), g.route.c_str());
     }
     std::printf("\n");
   }
-  std::printf("quantized modules: %zu (%s)\n", plan.modules.size(), human(plan.quantized_bytes).c_str());
-  std::printf("dense tensors:     %zu (%s)\n", plan.dense_tensors, human(plan.total_bytes - plan.quantized_bytes).c_str());
+  std::printf("quantized modules: %zu (%s)\n", plan.modules.size(),
+              human(plan.quantized_bytes).c_str());
+  std::printf("dense tensors:     %zu (%s)\n", plan.dense_tensors,
+              human(plan.total_bytes - plan.quantized_bytes).c_str());
   std::printf("total weight bytes: %llu (%s)\n", static_cast<unsigned long long>(plan.total_bytes),
               human(plan.total_bytes).c_str());
   return 0;
@@ -178,6 +197,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
 
 }  // namespace
 
-MLXCEL_COMMAND("inspect", "show a model folder's tensors, quantization and how this build loads them", cmd_inspect);
+MLXCEL_COMMAND("inspect",
+               "show a model folder's tensors, quantization and how this build loads them",
+               cmd_inspect);
 
 }  // namespace mlxcel::cli

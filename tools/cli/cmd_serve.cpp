@@ -27,7 +27,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
   execv(server.c_str(), argv.data());
-  throw_error(ErrorCategory::kBadInput, "serve: cannot run " + server + " (build the mlxcel-server target)");
+  throw_error(ErrorCategory::kBadInput,
+              "serve: cannot run " + server + " (build the mlxcel-server target)");
 }
 
 }  // namespace

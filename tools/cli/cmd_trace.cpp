@@ -20,53 +20,53 @@
 #include "runtime/loader.h"
 #include "runtime/generator.h"
 #include "runtime/options.h"
+#include "tools/cli/args.h"
 #include "tools/cli/command.h"
 
 namespace mlxcel::cli {
 namespace {
 
-int usage() {
-  std::printf(
-      "usage: mlxcel trace -m MODEL_DIR --tokens IDS.json [--width w1|w8|w256] [--top-k K]\n"
-      "                    [--numerics fast|mlx] [--dump DIR] -o OUT.json\n"
-      "  --dump DIR: also write every named intermediate of every forward step as\n"
-      "  DIR/<step>.<layer>.<name>.npy (fp32), for scripts/layer_diff.py.\n"
-      "  IDS.json: a JSON array of token ids (or {\"tokens\": [...]}).\n");
-  return 2;
-}
-
 int cmd_trace(const std::vector<std::string>& args) {
-  std::string model_dir, tokens_path, out_path, width = "w1", dump_dir;
+  std::string tokens_path, out_path, width = "w1", dump_dir;
   int top_k = 8;
-  runtime::LoadOptions load;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    auto next = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, args[i] + " needs a value");
-      return args[++i];
-    };
-    if (runtime::parse_load_flag(args, i, load)) continue;
-    if (args[i] == "-m" || args[i] == "--model") model_dir = next();
-    else if (args[i] == "--tokens") tokens_path = next();
-    else if (args[i] == "-o" || args[i] == "--output") out_path = next();
-    else if (args[i] == "--width") width = next();
-    else if (args[i] == "--dump") dump_dir = next();
-    else if (args[i] == "--top-k") top_k = static_cast<int>(runtime::parse_int_flag("--top-k", next(), 1, 1 << 20));
-    else if (args[i] == "-h" || args[i] == "--help") return usage(), 0;
-    else throw_error(ErrorCategory::kBadInput, "trace: unknown option " + args[i]);
-  }
-  if (model_dir.empty() || tokens_path.empty() || out_path.empty()) return usage();
-  if (width != "w1" && width != "w8" && width != "w256")
-    throw_error(ErrorCategory::kBadInput, "--width must be w1, w8 or w256");
+  LoadArgs load;
+  auto app_owner =
+      make_app("trace",
+               "Teacher-forces a token sequence and writes the top-k logits after every position\n"
+               "(compare with scripts/mlx_trace.py through scripts/compare_traces.py).");
+  CLI::App& app = *app_owner;
+  ModelArg model_arg;
+  add_model_option(app, model_arg);
+  app.add_option("--tokens", tokens_path, "a JSON array of token ids (or {\"tokens\": [...]})")
+      ->type_name("IDS.json")
+      ->required();
+  app.add_option("-o,--output", out_path, "trace to write")->type_name("OUT.json")->required();
+  app.add_option(
+         "--width", width,
+         "w1: every token alone; w8: 512-token prefill then chunks of 8; w256: chunks of 256")
+      ->type_name("w1|w8|w256")
+      ->check(CLI::IsMember({"w1", "w8", "w256"}));
+  app.add_option("--top-k", top_k, "logits kept per position (default 8)")
+      ->type_name("K")
+      ->check(in_range(1, 1 << 20));
+  app.add_option("--dump", dump_dir,
+                 "also write every named intermediate as DIR/<step>.<layer>.<name>.npy")
+      ->type_name("DIR");
+  add_load_options(app, load);
+  if (!parse_args(app, args)) return 0;
+  const std::string model_dir = model_arg.resolve();
+  load.apply();
   std::ifstream f(tokens_path);
   if (!f) throw_error(ErrorCategory::kBadInput, tokens_path + ": cannot open");
   std::stringstream ss;
   ss << f.rdbuf();
   auto j = nlohmann::json::parse(ss.str(), nullptr, false);
   if (j.is_object() && j.contains("tokens")) j = j["tokens"];
-  if (!j.is_array() || j.empty()) throw_error(ErrorCategory::kBadInput, tokens_path + ": not a JSON array of token ids");
+  if (!j.is_array() || j.empty())
+    throw_error(ErrorCategory::kBadInput, tokens_path + ": not a JSON array of token ids");
   std::vector<std::int32_t> tokens = j.get<std::vector<std::int32_t>>();
 
-  auto lm = runtime::load_model(model_dir, load);
+  auto lm = runtime::load_model(model_dir, load.load);
   auto& model = *lm.model;
   int forward_no = 0;
   if (!dump_dir.empty()) {
@@ -106,14 +106,16 @@ int cmd_trace(const std::vector<std::string>& args) {
       std::iota(idx.begin(), idx.end(), 0);
       int k = static_cast<int>(std::min<std::int64_t>(top_k, V));
       std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                        [&](std::int32_t a, std::int32_t c) { return row[a] > row[c] || (row[a] == row[c] && a < c); });
+                        [&](std::int32_t a, std::int32_t c) {
+                          return row[a] > row[c] || (row[a] == row[c] && a < c);
+                        });
       nlohmann::json top = nlohmann::json::array();
       for (int t = 0; t < k; ++t) top.push_back({idx[t], row[idx[t]]});
       positions.push_back({{"pos", b + r}, {"top", top}});
     }
   }
-  nlohmann::json out = {{"width", width}, {"tokens", tokens}, {"positions", positions},
-                        {"engine", "mlxcel"}};
+  nlohmann::json out = {
+      {"width", width}, {"tokens", tokens}, {"positions", positions}, {"engine", "mlxcel"}};
   std::ofstream o(out_path);
   if (!o) throw_error(ErrorCategory::kBadInput, out_path + ": cannot write");
   o << out.dump() << "\n";
@@ -124,6 +126,8 @@ int cmd_trace(const std::vector<std::string>& args) {
 
 }  // namespace
 
-MLXCEL_COMMAND("trace", "teacher-forced top-k logits trace (w1, w8, w256) for comparison with mlx-lm", cmd_trace);
+MLXCEL_COMMAND("trace",
+               "teacher-forced top-k logits trace (w1, w8, w256) for comparison with mlx-lm",
+               cmd_trace);
 
 }  // namespace mlxcel::cli

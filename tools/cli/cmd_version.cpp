@@ -43,10 +43,9 @@ int cmd_devices(const std::vector<std::string>& args) {
   }
   for (const auto& d : devs) {
     std::printf("%s:%d  %s  arch %s  %d CUs  warp %d  %.1f GiB (%.1f GiB free)%s\n",
-                std::string(backend_name(gpu::compiled_backend())).c_str(), d.index,
-                d.name.c_str(), d.arch.c_str(), d.compute_units, d.warp_size,
-                d.total_bytes / 1073741824.0, d.free_bytes / 1073741824.0,
-                d.integrated ? "  integrated (UMA)" : "");
+                std::string(backend_name(gpu::compiled_backend())).c_str(), d.index, d.name.c_str(),
+                d.arch.c_str(), d.compute_units, d.warp_size, d.total_bytes / 1073741824.0,
+                d.free_bytes / 1073741824.0, d.integrated ? "  integrated (UMA)" : "");
     if (!d.supported) std::printf("    not usable: %s\n", d.unsupported_reason.c_str());
   }
   return 0;

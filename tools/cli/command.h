@@ -19,5 +19,6 @@ const std::vector<Command>& commands();
 
 }  // namespace mlxcel::cli
 
-#define MLXCEL_COMMAND(name, summary, fn) \
-  static const bool mlxcel_cmd_registered_##fn = ::mlxcel::cli::register_command({name, summary, fn})
+#define MLXCEL_COMMAND(name, summary, fn)        \
+  static const bool mlxcel_cmd_registered_##fn = \
+      ::mlxcel::cli::register_command({name, summary, fn})

@@ -23,11 +23,16 @@ const std::vector<Command>& commands() { return command_table(); }
 
 int exit_code(ErrorCategory c) {
   switch (c) {
-    case ErrorCategory::kBadInput: return 2;
-    case ErrorCategory::kUnsupported: return 3;
-    case ErrorCategory::kOutOfMemory: return 4;
-    case ErrorCategory::kDeviceFault: return 5;
-    case ErrorCategory::kInternal: return 1;
+    case ErrorCategory::kBadInput:
+      return 2;
+    case ErrorCategory::kUnsupported:
+      return 3;
+    case ErrorCategory::kOutOfMemory:
+      return 4;
+    case ErrorCategory::kDeviceFault:
+      return 5;
+    case ErrorCategory::kInternal:
+      return 1;
   }
   return 1;
 }

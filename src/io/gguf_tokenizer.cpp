@@ -1,0 +1,223 @@
+#include "io/gguf_tokenizer.h"
+
+#include <map>
+
+#include "core/error.h"
+
+namespace mlxcel::gguf {
+
+namespace {
+
+using nlohmann::json;
+
+// GPT-2's split rule (HF ByteLevel's use_regex pattern is this one).
+// Qwen2 and Llama 3 patterns as their tokenizer.json files carry them.
+constexpr const char* kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+json byte_level(bool use_regex) {
+  return {{"type", "ByteLevel"},
+          {"add_prefix_space", false},
+          {"trim_offsets", true},
+          {"use_regex", use_regex}};
+}
+
+json split_then_byte_level(const char* pattern) {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"},
+             {"pattern", {{"Regex", pattern}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
+            byte_level(false)}}};
+}
+
+struct PreType {
+  const char* name;
+  json (*make)();
+  bool ignore_merges;
+};
+
+// The `pre` names llama.cpp's convert_hf_to_gguf.py writes, grouped the way llama-vocab.cpp groups
+// them by split rule.
+const std::vector<PreType>& pre_types() {
+  static const std::vector<PreType> kTypes = {
+      // StarCoder-style vocabularies (SmolLM): every digit alone, then GPT-2 byte-level splitting.
+      {"smollm",
+       [] {
+         return json{{"type", "Sequence"},
+                     {"pretokenizers",
+                      {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
+       },
+       false},
+      {"starcoder",
+       [] {
+         return json{{"type", "Sequence"},
+                     {"pretokenizers",
+                      {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
+       },
+       false},
+      {"gpt-2", [] { return byte_level(true); }, false},
+      {"qwen2", [] { return split_then_byte_level(kQwen2Pattern); }, false},
+      {"llama-bpe", [] { return split_then_byte_level(kLlama3Pattern); }, true},
+  };
+  return kTypes;
+}
+
+}  // namespace
+
+std::vector<std::string> supported_pre_types() {
+  std::vector<std::string> out;
+  for (const auto& p : pre_types()) out.push_back(p.name);
+  return out;
+}
+
+TokenizerFiles build_tokenizer(const File& f, std::int64_t context_length) {
+  const std::string model = f.get_string_or("tokenizer.ggml.model", "");
+  if (model.empty())
+    throw_error(ErrorCategory::kUnsupported,
+                f.path() + ": no tokenizer.ggml.model key, so there is no vocabulary to convert");
+  if (model != "gpt2")
+    throw_error(ErrorCategory::kUnsupported,
+                f.path() + ": tokenizer model \"" + model +
+                    "\" is not supported yet (supported: gpt2 byte-level BPE); convert the "
+                    "original Hugging Face "
+                    "checkpoint instead");
+  const std::string pre = f.get_string_or("tokenizer.ggml.pre", "");
+  const PreType* pt = nullptr;
+  for (const auto& p : pre_types())
+    if (pre == p.name) pt = &p;
+  if (!pt) {
+    std::string list;
+    for (const auto& n : supported_pre_types()) list += (list.empty() ? "" : ", ") + n;
+    throw_error(ErrorCategory::kUnsupported,
+                f.path() + ": pre-tokenizer \"" + pre +
+                    "\" (tokenizer.ggml.pre) is not supported (supported: " + list + ")");
+  }
+
+  const std::vector<std::string> tokens = f.get_string_array("tokenizer.ggml.tokens");
+  const std::vector<std::string> merges = f.get_string_array("tokenizer.ggml.merges");
+  std::vector<std::int64_t> types = f.get_int_array_or_empty("tokenizer.ggml.token_type");
+  if (!types.empty() && types.size() != tokens.size())
+    throw_error(ErrorCategory::kBadInput, f.path() + ": tokenizer.ggml.token_type has " +
+                                              std::to_string(types.size()) + " entries for " +
+                                              std::to_string(tokens.size()) + " tokens");
+  if (tokens.empty())
+    throw_error(ErrorCategory::kBadInput, f.path() + ": tokenizer.ggml.tokens is empty");
+
+  json vocab = json::object();
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (vocab.contains(tokens[i]))
+      throw_error(ErrorCategory::kBadInput,
+                  f.path() + ": token \"" + tokens[i] + "\" appears twice in the vocabulary");
+    vocab[tokens[i]] = i;
+  }
+  for (const auto& m : merges) {
+    const auto sp = m.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 == m.size() ||
+        m.find(' ', sp + 1) != std::string::npos)
+      throw_error(ErrorCategory::kBadInput,
+                  f.path() + ": merge \"" + m + "\" is not two tokens separated by one space");
+  }
+
+  auto id_key = [&](const char* key) -> std::int64_t {
+    const Value* v = f.find(key);
+    if (!v) return -1;
+    const std::uint64_t id = f.get_uint(key);
+    if (id >= tokens.size())
+      throw_error(ErrorCategory::kBadInput, f.path() + ": " + key + " = " + std::to_string(id) +
+                                                " is outside the vocabulary");
+    return static_cast<std::int64_t>(id);
+  };
+  const std::int64_t bos = id_key("tokenizer.ggml.bos_token_id");
+  const std::int64_t eos = id_key("tokenizer.ggml.eos_token_id");
+  const std::int64_t eot = id_key("tokenizer.ggml.eot_token_id");
+  const std::int64_t unk = id_key("tokenizer.ggml.unknown_token_id");
+  const std::int64_t pad = id_key("tokenizer.ggml.padding_token_id");
+  const bool add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", false) && bos >= 0;
+  const bool add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", false) && eos >= 0;
+
+  // llama.cpp token types: 1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte.
+  json added = json::array();
+  json added_decoder = json::object();
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != 3 && types[i] != 4) continue;
+    const bool special = types[i] == 3;
+    json t = {{"id", i},         {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
+              {"rstrip", false}, {"normalized", false},  {"special", special}};
+    added.push_back(t);
+    json d = t;
+    d.erase("id");
+    added_decoder[std::to_string(i)] = d;
+  }
+
+  json post;
+  if (add_bos) {
+    json bos_item = {{"SpecialToken", {{"id", tokens[bos]}, {"type_id", 0}}}};
+    post = {{"type", "TemplateProcessing"},
+            {"single", {bos_item, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+            {"pair",
+             {bos_item,
+              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+              bos_item,
+              {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+            {"special_tokens",
+             {{tokens[bos], {{"id", tokens[bos]}, {"ids", {bos}}, {"tokens", {tokens[bos]}}}}}}};
+  } else {
+    post = {{"type", "ByteLevel"},
+            {"add_prefix_space", false},
+            {"trim_offsets", false},
+            {"use_regex", false}};
+  }
+
+  TokenizerFiles out;
+  out.tokenizer = {{"version", "1.0"},
+                   {"truncation", nullptr},
+                   {"padding", nullptr},
+                   {"added_tokens", added},
+                   {"normalizer", nullptr},
+                   {"pre_tokenizer", pt->make()},
+                   {"post_processor", post},
+                   {"decoder",
+                    {{"type", "ByteLevel"},
+                     {"add_prefix_space", true},
+                     {"trim_offsets", true},
+                     {"use_regex", true}}},
+                   {"model",
+                    {{"type", "BPE"},
+                     {"dropout", nullptr},
+                     {"unk_token", nullptr},
+                     {"continuing_subword_prefix", nullptr},
+                     {"end_of_word_suffix", nullptr},
+                     {"fuse_unk", false},
+                     {"byte_fallback", false},
+                     {"ignore_merges", pt->ignore_merges},
+                     {"vocab", vocab},
+                     {"merges", merges}}}};
+
+  json cfg = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+              {"clean_up_tokenization_spaces", false},
+              {"add_bos_token", add_bos},
+              {"add_eos_token", add_eos},
+              {"added_tokens_decoder", added_decoder}};
+  if (bos >= 0) cfg["bos_token"] = tokens[bos];
+  if (eos >= 0) cfg["eos_token"] = tokens[eos];
+  if (unk >= 0) cfg["unk_token"] = tokens[unk];
+  if (pad >= 0) cfg["pad_token"] = tokens[pad];
+  if (context_length > 0) cfg["model_max_length"] = context_length;
+  if (const Value* t = f.find("tokenizer.chat_template")) {
+    if (t->type != ValueType::kString)
+      throw_error(ErrorCategory::kBadInput,
+                  f.path() + ": tokenizer.chat_template must be a string");
+    cfg["chat_template"] = t->s;
+  }
+  out.tokenizer_config = cfg;
+  out.bos_id = bos;
+  if (eos >= 0) out.eos_ids.push_back(eos);
+  if (eot >= 0 && eot != eos) out.eos_ids.push_back(eot);
+  return out;
+}
+
+}  // namespace mlxcel::gguf
