@@ -160,40 +160,42 @@ class Session : public std::enable_shared_from_this<Session> {
   void wait_request() {
     if (app_.shutting_down.load()) return close();
     busy_ = false;
-    if (buf_.size() > 0) return read_header();
-    // An idle keep-alive connection costs no thread: wait until bytes arrive (or the idle timeout).
     arm(app_.opts.idle_timeout_s);
-    wait_readable();
+    if (filling_) {
+      // The watch read still pending continues with the next request; if that request is
+      // already in the buffer, stop the read so it is parsed now.
+      beast::error_code ec;
+      if (buf_.size() > 0) sock_.cancel(ec);
+      return;
+    }
+    if (buf_.size() > 0) return read_header();
+    // An idle keep-alive connection costs no thread and no buffer: wait until bytes arrive (or
+    // the idle timeout passes).
+    sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+      if (self->closed_) return;
+      if (ec) return self->close();
+      if (!self->reading_) self->read_header();
+    });
   }
 
-  // At most one readiness wait is outstanding. Idle, readable means the next request begins;
-  // busy (answering), it means the client sent more (kept for later) or went away.
-  void wait_readable() {
-    if (waiting_ || closed_) return;
-    waiting_ = true;
-    sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-      self->waiting_ = false;
+  // While a request is answered, keep a read pending on the socket: end-of-stream or a reset
+  // means the client left (its request is cancelled at once); bytes are the start of a pipelined
+  // next request, kept in the read buffer (up to a bound) for when this answer is done.
+  void watch_peer() {
+    if (filling_ || closed_ || buf_.size() >= kMaxPipelined) return;
+    filling_ = true;
+    auto mb = buf_.prepare(4096);
+    sock_.async_read_some(mb, [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+      self->filling_ = false;
       if (self->closed_) return;
+      self->buf_.commit(n);
+      if (ec == asio::error::operation_aborted && !self->busy_) return self->wait_request();
       if (ec) return self->peer_left();
       if (!self->busy_) {
         if (!self->reading_) self->read_header();
         return;
       }
-      beast::error_code rec;
-      const std::size_t avail = self->sock_.available(rec);
-      if (rec) return self->peer_left();
-      if (avail == 0) {
-        // Readable with no bytes: the peer closed its side (or reset the connection).
-        char c;
-        const auto n = self->sock_.receive(asio::buffer(&c, 1), tcp::socket::message_peek, rec);
-        if (rec || n == 0) return self->peer_left();
-      }
-      if (self->buf_.size() + avail > kMaxPipelined) return;  // stop watching; read it later
-      auto mb = self->buf_.prepare(avail);
-      const std::size_t n = self->sock_.read_some(mb, rec);
-      self->buf_.commit(n);
-      if (rec) return self->peer_left();
-      self->wait_readable();
+      self->watch_peer();
     });
   }
   static constexpr std::size_t kMaxPipelined = 1u << 20;
@@ -754,9 +756,6 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // ---- connection state --------------------------------------------------------------------
-  // While a request is answered, watch the socket: EOF or an error means the client left.
-  void watch_peer() { wait_readable(); }
-
   void peer_left() {
     if (req_) {
       app_.engine->cancel(req_);
@@ -806,7 +805,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = true;
   bool chunked_ = false;
   bool writing_ = false;
-  bool waiting_ = false;
+  bool filling_ = false;
   bool reading_ = false;
   bool lingering_ = false;
   bool response_done_ = false;
