@@ -106,11 +106,14 @@ class StrictSax {
   bool boolean(bool v) { return dom_.boolean(v); }
   bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
   bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
-  bool number_float(json::number_float_t v, const json::string_t& s) { return dom_.number_float(v, s); }
+  bool number_float(json::number_float_t v, const json::string_t& s) {
+    return dom_.number_float(v, s);
+  }
   bool string(json::string_t& v) { return dom_.string(v); }
   bool binary(json::binary_t& v) { return dom_.binary(v); }
   bool key(json::string_t& k) {
-    if (!keys_.empty() && !keys_.back().insert(k).second) throw JsonAbort("duplicate key \"" + k + "\"");
+    if (!keys_.empty() && !keys_.back().insert(k).second)
+      throw JsonAbort("duplicate key \"" + k + "\"");
     if (keys_.size() == 1 && k != "__metadata__" && ++tensors_ > kMaxEntries)
       throw JsonAbort("more than " + std::to_string(kMaxEntries) + " tensors in one file");
     return dom_.key(k);
@@ -139,7 +142,8 @@ class StrictSax {
 
  private:
   void deeper() {
-    if (++depth_ > kMaxJsonDepth) throw JsonAbort("JSON nesting deeper than " + std::to_string(kMaxJsonDepth));
+    if (++depth_ > kMaxJsonDepth)
+      throw JsonAbort("JSON nesting deeper than " + std::to_string(kMaxJsonDepth));
   }
   nlohmann::detail::json_sax_dom_parser<json> dom_;
   std::vector<std::set<std::string>> keys_;
@@ -176,7 +180,9 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   // endless. O_NONBLOCK covers a swap between the stat and the open.
   struct stat pre {};
   if (::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode))
-    bad(path, "not a regular file (a FIFO, device or directory); a shard must be a plain .safetensors file");
+    bad(path,
+        "not a regular file (a FIFO, device or directory); a shard must be a plain .safetensors "
+        "file");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw_error(ErrorCategory::kBadInput, path + ": cannot open (" + std::strerror(errno) + ")");
@@ -184,7 +190,9 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    bad(path, "not a regular file (a FIFO, device or directory); a shard must be a plain .safetensors file");
+    bad(path,
+        "not a regular file (a FIFO, device or directory); a shard must be a plain .safetensors "
+        "file");
   }
   auto f = std::shared_ptr<SafetensorsFile>(new SafetensorsFile());
   f->path_ = path;
@@ -377,7 +385,8 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
   if (fs::exists(index_path)) {
     if (!fs::is_regular_file(index_path))
-      throw_error(ErrorCategory::kBadInput, index_path.string() + ": not a regular file (a FIFO or device?)");
+      throw_error(ErrorCategory::kBadInput,
+                  index_path.string() + ": not a regular file (a FIFO or device?)");
     std::ifstream in(index_path);
     json j;
     try {

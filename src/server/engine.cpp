@@ -128,7 +128,8 @@ bool Engine::submit(const std::shared_ptr<EngineRequest>& r) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_ || stopping_)
-      throw_error(ErrorCategory::kOutOfMemory, "the server is shutting down and takes no new requests");
+      throw_error(ErrorCategory::kOutOfMemory,
+                  "the server is shutting down and takes no new requests");
     if (!healthy_.load())
       throw_error(ErrorCategory::kDeviceFault, "the engine is unhealthy: " + unhealthy_reason_);
     const std::size_t free_slots =
@@ -248,7 +249,8 @@ void Engine::loop() {
       step(slots);
     } catch (const std::bad_alloc&) {
       LOG_ERROR("engine step failed: out of memory");
-      for (auto& s : slots) fail(*s, 503, "out of memory while computing this step; retry with a shorter prompt");
+      for (auto& s : slots)
+        fail(*s, 503, "out of memory while computing this step; retry with a shorter prompt");
     } catch (const Error& e) {
       LOG_ERROR("engine step failed: " << e.what());
       // Only a device fault says the engine itself is broken; anything else failed this step's
@@ -258,7 +260,8 @@ void Engine::loop() {
         healthy_.store(false);
         unhealthy_reason_ = e.what();
       }
-      for (auto& s : slots) fail(*s, e.category() == ErrorCategory::kOutOfMemory ? 503 : 500, e.what());
+      for (auto& s : slots)
+        fail(*s, e.category() == ErrorCategory::kOutOfMemory ? 503 : 500, e.what());
     }
     slots.erase(std::remove_if(slots.begin(), slots.end(), [](const auto& s) { return s->done; }),
                 slots.end());
@@ -271,8 +274,10 @@ void Engine::loop() {
   // Shutdown: every waiting or active request gets an error (a stream ends with an error event,
   // not a normal finish, so the client knows the answer is incomplete).
   for (auto& s : slots) {
-    if (s->req->cancelled.load()) finish(*s, "cancelled");
-    else fail(*s, 503, "the server is shutting down; the answer is incomplete");
+    if (s->req->cancelled.load())
+      finish(*s, "cancelled");
+    else
+      fail(*s, 503, "the server is shutting down; the answer is incomplete");
   }
   active_.store(0);
   metrics_.active_slots.set(0);
@@ -331,7 +336,8 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
       if (s.prefilled < prompt.size()) continue;  // more prompt chunks to go
       first = true;
     }
-    if (s.req->debug_nan_logits && !logits[b].empty()) logits[b][0] = std::numeric_limits<float>::quiet_NaN();
+    if (s.req->debug_nan_logits && !logits[b].empty())
+      logits[b][0] = std::numeric_limits<float>::quiet_NaN();
     // A non-finite logit (NaN, +inf) poisons sampling for this request only: end it with a clear
     // error and keep the rest of the batch going. (-inf is a masked token, which is fine.)
     bool finite = true;
@@ -342,8 +348,10 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
       }
     if (!finite) {
       LOG_WARN("request failed: the model produced non-finite logits");
-      fail(s, 500, "the model produced non-finite logits (NaN or +inf) for this request; the checkpoint or its "
-                   "quantization may be damaged, or the numbers overflowed for this prompt");
+      fail(s, 500,
+           "the model produced non-finite logits (NaN or +inf) for this request; the checkpoint or "
+           "its "
+           "quantization may be damaged, or the numbers overflowed for this prompt");
       continue;
     }
     runtime::SampleResult r;
@@ -354,7 +362,8 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
     } catch (const Error& e) {
       // A per-request problem (constraint, sampling parameters): this request fails alone.
       LOG_WARN("request failed while sampling: " << e.what());
-      fail(s, e.category() == ErrorCategory::kBadInput ? 400 : 500, std::string("sampling failed: ") + e.what());
+      fail(s, e.category() == ErrorCategory::kBadInput ? 400 : 500,
+           std::string("sampling failed: ") + e.what());
       continue;
     }
     auto t = std::chrono::steady_clock::now();

@@ -5,8 +5,8 @@
 // slot — a chunk of prompt for slots still prefilling (chunked prefill, interleaved with decode)
 // and one token for each decoding slot. Prompt prefixes already in the KV cache are reused.
 #include <atomic>
-#include <condition_variable>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -72,7 +72,8 @@ struct EngineRequest {
   bool split_reasoning = false;
   bool starts_in_reasoning = false;
   bool json_object = false;      // response_format json_object: constrained to one JSON object
-  bool debug_nan_logits = false; // testing aid (--debug-nan-marker): this request's logits become NaN
+  bool debug_nan_logits =
+      false;  // testing aid (--debug-nan-marker): this request's logits become NaN
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 
   std::atomic<bool> cancelled{false};

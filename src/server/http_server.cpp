@@ -136,7 +136,8 @@ struct App {
 // answered the socket is watched, so a client that closes is noticed at once.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(App& app, tcp::socket sock) : app_(app), sock_(std::move(sock)), timer_(sock_.get_executor()) {}
+  Session(App& app, tcp::socket sock)
+      : app_(app), sock_(std::move(sock)), timer_(sock_.get_executor()) {}
   ~Session() {
     if (req_) app_.engine->cancel(req_);
     app_.connections.fetch_sub(1);
@@ -207,9 +208,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(app_.opts.max_body_bytes);
     // The whole request, headers and body, must arrive within the read timeout (slowloris).
     arm(app_.opts.read_timeout_s);
-    http::async_read_header(sock_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->on_header(ec);
-    });
+    http::async_read_header(
+        sock_, buf_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
   }
 
   void on_header(beast::error_code ec) {
@@ -241,32 +242,37 @@ class Session : public std::enable_shared_from_this<Session> {
     if (auto e = precheck(h)) return reject(*e);
     if (lower(h[http::field::expect]) == "100-continue") {
       auto msg = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-      asio::async_write(sock_, asio::buffer(*msg), [self = shared_from_this(), msg](beast::error_code ec, std::size_t) {
-        if (ec) return self->close();
-        self->read_body();
-      });
+      asio::async_write(sock_, asio::buffer(*msg),
+                        [self = shared_from_this(), msg](beast::error_code ec, std::size_t) {
+                          if (ec) return self->close();
+                          self->read_body();
+                        });
       return;
     }
     read_body();
   }
 
   void read_body() {
-    http::async_read(sock_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->reading_ = false;
-      if (ec) return self->on_read_error(ec);
-      self->timer_.cancel();
-      self->dispatch(self->parser_->release());
-    });
+    http::async_read(sock_, buf_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                       self->reading_ = false;
+                       if (ec) return self->on_read_error(ec);
+                       self->timer_.cancel();
+                       self->dispatch(self->parser_->release());
+                     });
   }
 
   void on_read_error(beast::error_code ec) {
     if (ec == http::error::body_limit)
-      return reject(413, "the request body is larger than " + std::to_string(app_.opts.max_body_bytes) +
+      return reject(413, "the request body is larger than " +
+                             std::to_string(app_.opts.max_body_bytes) +
                              " bytes (--max-body-bytes)");
     if (ec == http::error::header_limit)
-      return reject(431, "the request headers are larger than " + std::to_string(app_.opts.max_header_bytes) + " bytes");
-    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
-        ec == asio::error::connection_reset || ec == asio::error::bad_descriptor || closed_)
+      return reject(431, "the request headers are larger than " +
+                             std::to_string(app_.opts.max_header_bytes) + " bytes");
+    if (ec == http::error::end_of_stream || ec == asio::error::eof ||
+        ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+        ec == asio::error::bad_descriptor || closed_)
       return close();
     if (ec.category() == http::make_error_code(http::error::end_of_stream).category())
       return reject(400, std::string("malformed HTTP request: ") + ec.message());
@@ -282,46 +288,61 @@ class Session : public std::enable_shared_from_this<Session> {
       // Without a key the server trusts whoever reaches it, so make sure a browser page cannot
       // reach it: a DNS-rebinding page sends a foreign Host, a cross-site page an Origin.
       if (!host_allowed(std::string(h[http::field::host])))
-        return ApiError{403, "invalid_request_error",
-                        "Host '" + std::string(h[http::field::host]) +
-                            "' is not allowed: without --api-key only loopback host names are accepted "
-                            "(set --api-key, or list the name in --allowed-hosts)",
-                        {}, "forbidden_host"};
+        return ApiError{
+            403,
+            "invalid_request_error",
+            "Host '" + std::string(h[http::field::host]) +
+                "' is not allowed: without --api-key only loopback host names are accepted "
+                "(set --api-key, or list the name in --allowed-hosts)",
+            {},
+            "forbidden_host"};
       if (!origin_.empty() && !origin_allowed(origin_))
-        return ApiError{403, "invalid_request_error",
+        return ApiError{403,
+                        "invalid_request_error",
                         "Origin '" + origin_ +
                             "' is not allowed: set --api-key or list the origin in --cors-origins",
-                        {}, "forbidden_origin"};
+                        {},
+                        "forbidden_origin"};
     } else if (path != "/health" && h[http::field::authorization] != "Bearer " + o.api_key) {
       return ApiError::unauthorized("missing or wrong API key: send 'Authorization: Bearer <key>'");
     }
     const Route r = route(path);
-    if (r == Route::kNone) return ApiError{404, "invalid_request_error", "no such route: " + path, {}, "not_found"};
-    const bool post = r == Route::kChat || r == Route::kCompletion || r == Route::kTokenize || r == Route::kDetokenize;
+    if (r == Route::kNone)
+      return ApiError{404, "invalid_request_error", "no such route: " + path, {}, "not_found"};
+    const bool post = r == Route::kChat || r == Route::kCompletion || r == Route::kTokenize ||
+                      r == Route::kDetokenize;
     if (h.method() != (post ? http::verb::post : http::verb::get)) {
       allow_ = post ? "POST, OPTIONS" : "GET, OPTIONS";
-      return ApiError{405, "invalid_request_error",
+      return ApiError{405,
+                      "invalid_request_error",
                       std::string(h.method_string()) + " is not allowed on " + path + "; use " +
                           (post ? "POST" : "GET"),
-                      {}, "method_not_allowed"};
+                      {},
+                      "method_not_allowed"};
     }
     if (post) {
       // A JSON body is required: text/plain and form posts are what a browser may send
       // cross-site without a CORS preflight.
       const std::string ct = lower(h[http::field::content_type]);
       if (ct.rfind("application/json", 0) != 0)
-        return ApiError{415, "invalid_request_error",
-                        "Content-Type must be application/json, got '" + std::string(h[http::field::content_type]) + "'",
-                        {}, "unsupported_media_type"};
+        return ApiError{415,
+                        "invalid_request_error",
+                        "Content-Type must be application/json, got '" +
+                            std::string(h[http::field::content_type]) + "'",
+                        {},
+                        "unsupported_media_type"};
     }
-    if (app_.loading.load() && r != Route::kHealth) return ApiError::unavailable("the model is still loading");
-    if (app_.shutting_down.load() && r != Route::kHealth) return ApiError::unavailable("the server is shutting down");
+    if (app_.loading.load() && r != Route::kHealth)
+      return ApiError::unavailable("the model is still loading");
+    if (app_.shutting_down.load() && r != Route::kHealth)
+      return ApiError::unavailable("the server is shutting down");
     return std::nullopt;
   }
 
   bool host_allowed(const std::string& host_header) const {
     const ServerOptions& o = app_.opts;
-    if (!is_loopback_name(lower(o.host)) && o.allowed_hosts.empty()) return true;  // exposed on purpose
+    if (!is_loopback_name(lower(o.host)) && o.allowed_hosts.empty())
+      return true;                         // exposed on purpose
     if (host_header.empty()) return true;  // browsers always send Host; other clients may not
     const std::string h = host_name(host_header);
     if (is_loopback_name(h) || h == lower(o.host)) return true;
@@ -336,7 +357,16 @@ class Session : public std::enable_shared_from_this<Session> {
     return is_loopback_name(origin_host(origin));
   }
 
-  enum class Route : std::uint8_t { kNone, kHealth, kModels, kMetrics, kChat, kCompletion, kTokenize, kDetokenize };
+  enum class Route : std::uint8_t {
+    kNone,
+    kHealth,
+    kModels,
+    kMetrics,
+    kChat,
+    kCompletion,
+    kTokenize,
+    kDetokenize
+  };
   static Route route(const std::string& path) {
     if (path == "/health") return Route::kHealth;
     if (path == "/v1/models") return Route::kModels;
@@ -356,9 +386,13 @@ class Session : public std::enable_shared_from_this<Session> {
       return send(std::move(res));
     }
     switch (route(path)) {
-      case Route::kHealth: return send_json(health_status(), health_body());
+      case Route::kHealth:
+        return send_json(health_status(), health_body());
       case Route::kModels: {
-        json m = {{"id", app_.opts.model_id}, {"object", "model"}, {"created", app_.created}, {"owned_by", "mlxcel"},
+        json m = {{"id", app_.opts.model_id},
+                  {"object", "model"},
+                  {"created", app_.created},
+                  {"owned_by", "mlxcel"},
                   {"context_length", app_.engine->ctx_size()}};
         return send_json(200, json{{"object", "list"}, {"data", json::array({m})}}.dump());
       }
@@ -372,12 +406,16 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       case Route::kTokenize:
       case Route::kDetokenize:
-        return offload([self = shared_from_this(), body = std::move(req.body()), tok = route(path) == Route::kTokenize] {
+        return offload([self = shared_from_this(), body = std::move(req.body()),
+                        tok = route(path) == Route::kTokenize] {
           return tok ? self->tokenize(body) : self->detokenize(body);
         });
-      case Route::kChat: return start_generation(std::move(req.body()), Endpoint::kChat);
-      case Route::kCompletion: return start_generation(std::move(req.body()), Endpoint::kCompletion);
-      case Route::kNone: break;
+      case Route::kChat:
+        return start_generation(std::move(req.body()), Endpoint::kChat);
+      case Route::kCompletion:
+        return start_generation(std::move(req.body()), Endpoint::kCompletion);
+      case Route::kNone:
+        break;
     }
     send_error(ApiError{404, "invalid_request_error", "no such route", {}, "not_found"});
   }
@@ -429,10 +467,12 @@ class Session : public std::enable_shared_from_this<Session> {
   Answer tokenize(const std::string& body) {
     json b = parse_body(body);
     auto c = b.find("content");
-    if (c == b.end() || !c->is_string()) throw ApiException{ApiError::bad_request("'content' must be a string", "content")};
+    if (c == b.end() || !c->is_string())
+      throw ApiException{ApiError::bad_request("'content' must be a string", "content")};
     bool special = true;
     if (auto s = b.find("add_special"); s != b.end() && !s->is_null()) {
-      if (!s->is_boolean()) throw ApiException{ApiError::bad_request("'add_special' must be a boolean", "add_special")};
+      if (!s->is_boolean())
+        throw ApiException{ApiError::bad_request("'add_special' must be a boolean", "add_special")};
       special = s->get<bool>();
     }
     auto ids = app_.fmt->tokenizer().encode(c->get<std::string>(), special);
@@ -446,12 +486,15 @@ class Session : public std::enable_shared_from_this<Session> {
     std::vector<std::int32_t> ids;
     const auto vocab = app_.lm.model->config().vocab_size;
     for (const auto& t : b["tokens"]) {
-      if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<std::uint64_t>() >= static_cast<std::uint64_t>(vocab)) ||
+      if (!t.is_number_integer() ||
+          (t.is_number_unsigned() && t.get<std::uint64_t>() >= static_cast<std::uint64_t>(vocab)) ||
           t.get<std::int64_t>() < 0 || t.get<std::int64_t>() >= vocab)
-        throw ApiException{ApiError::bad_request("'tokens' must hold ids in [0, " + std::to_string(vocab) + ")", "tokens")};
+        throw ApiException{ApiError::bad_request(
+            "'tokens' must hold ids in [0, " + std::to_string(vocab) + ")", "tokens")};
       ids.push_back(t.get<std::int32_t>());
     }
-    return {200, json{{"content", app_.fmt->tokenizer().decode(ids)}}.dump(-1, ' ', false, json::error_handler_t::replace)};
+    return {200, json{{"content", app_.fmt->tokenizer().decode(ids)}}.dump(
+                     -1, ' ', false, json::error_handler_t::replace)};
   }
 
   // ---- generation ----------------------------------------------------------------------------
@@ -476,15 +519,18 @@ class Session : public std::enable_shared_from_this<Session> {
         json b = parse_body(body);
         body.clear();
         body.shrink_to_fit();
-        g = ep == Endpoint::kChat ? parse_chat_request(b, app.opts.sampling) : parse_completion_request(b, app.opts.sampling);
+        g = ep == Endpoint::kChat ? parse_chat_request(b, app.opts.sampling)
+                                  : parse_completion_request(b, app.opts.sampling);
         if (!g.model.empty() && g.model != app.opts.model_id)
-          throw ApiException{ApiError::not_found("the model '" + g.model + "' does not exist; this server serves '" +
+          throw ApiException{ApiError::not_found("the model '" + g.model +
+                                                     "' does not exist; this server serves '" +
                                                      app.opts.model_id + "' (GET /v1/models)",
                                                  "model")};
         if (self->closed_) return;
         r = app.make_request(g, g.echo ? &echo_text : nullptr);
         if (!app.engine->submit(r))
-          err = ApiError::too_many_requests("the server is busy: all slots and the queue are full; retry later");
+          err = ApiError::too_many_requests(
+              "the server is busy: all slots and the queue are full; retry later");
       } catch (const ApiException& e) {
         err = e.error;
       } catch (const Error& e) {
@@ -493,21 +539,23 @@ class Session : public std::enable_shared_from_this<Session> {
         err = ApiError::internal(e.what());
       }
       if (err) app.metrics.requests_rejected_total.add();
-      asio::post(self->sock_.get_executor(), [self, g = std::move(g), r, echo_text = std::move(echo_text), err, ep]() mutable {
-        if (err) {
-          if (!self->closed_) self->send_error(*err);
-          return;
-        }
-        if (self->closed_) {
-          self->app_.engine->cancel(r);
-          return;
-        }
-        self->begin_answer(g, r, std::move(echo_text), ep);
-      });
+      asio::post(self->sock_.get_executor(),
+                 [self, g = std::move(g), r, echo_text = std::move(echo_text), err, ep]() mutable {
+                   if (err) {
+                     if (!self->closed_) self->send_error(*err);
+                     return;
+                   }
+                   if (self->closed_) {
+                     self->app_.engine->cancel(r);
+                     return;
+                   }
+                   self->begin_answer(g, r, std::move(echo_text), ep);
+                 });
     });
   }
 
-  void begin_answer(const GenerationRequest& g, std::shared_ptr<EngineRequest> r, std::string echo_text, Endpoint ep) {
+  void begin_answer(const GenerationRequest& g, std::shared_ptr<EngineRequest> r,
+                    std::string echo_text, Endpoint ep) {
     gen_.emplace();
     gen_->ep = ep;
     gen_->stream = g.stream;
@@ -521,17 +569,20 @@ class Session : public std::enable_shared_from_this<Session> {
     if (gen_->stream) {
       chunked_ = version_ >= 11;
       if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the stream ends when the connection does
-      std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n";
+      std::string head =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n";
       head += chunked_ ? "Transfer-Encoding: chunked\r\n" : "";
       head += keep_alive_ ? "" : "Connection: close\r\n";
       head += cors_headers() + "\r\n";
       out_ += head;
       if (ep == Endpoint::kChat) {
         std::string role = "assistant";
-        emit(sse_event(chat_chunk(gen_->id, gen_->created, gen_->model, &role, "", "", "", nullptr)));
+        emit(sse_event(
+            chat_chunk(gen_->id, gen_->created, gen_->model, &role, "", "", "", nullptr)));
       }
       if (!gen_->echo_text.empty())
-        emit(sse_event(completion_chunk(gen_->id, gen_->created, gen_->model, gen_->echo_text, "", nullptr)));
+        emit(sse_event(
+            completion_chunk(gen_->id, gen_->created, gen_->model, gen_->echo_text, "", nullptr)));
       flush();
     } else {
       gen_->content = gen_->echo_text;
@@ -550,7 +601,8 @@ class Session : public std::enable_shared_from_this<Session> {
       TokenLogprobInfo i;
       i.token = tok.decode(std::vector<std::int32_t>{t.id});
       i.logprob = t.logprob;
-      for (const auto& x : t.top) i.top.emplace_back(tok.decode(std::vector<std::int32_t>{x.id}), x.logprob);
+      for (const auto& x : t.top)
+        i.top.emplace_back(tok.decode(std::vector<std::int32_t>{x.id}), x.logprob);
       out.push_back(std::move(i));
     }
     return out;
@@ -572,30 +624,33 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ev->kind == EngineEvent::Kind::kDone) {
         const Usage usage{ev->prompt_tokens, ev->completion_tokens, ev->cached_tokens};
         if (g.stream) {
-          json last = g.ep == Endpoint::kChat
-                          ? chat_chunk(g.id, g.created, g.model, nullptr, "", "", ev->finish_reason, nullptr)
-                          : completion_chunk(g.id, g.created, g.model, "", ev->finish_reason, nullptr);
+          json last = g.ep == Endpoint::kChat ? chat_chunk(g.id, g.created, g.model, nullptr, "",
+                                                           "", ev->finish_reason, nullptr)
+                                              : completion_chunk(g.id, g.created, g.model, "",
+                                                                 ev->finish_reason, nullptr);
           emit(sse_event(last));
           if (g.include_usage)
-            emit(sse_event(usage_chunk(g.id, g.created, g.model,
-                                       g.ep == Endpoint::kChat ? "chat.completion.chunk" : "text_completion", usage)));
+            emit(sse_event(usage_chunk(
+                g.id, g.created, g.model,
+                g.ep == Endpoint::kChat ? "chat.completion.chunk" : "text_completion", usage)));
           emit(sse_done());
           return finish_stream();
         }
         json out = g.ep == Endpoint::kChat
-                       ? chat_response(g.id, g.created, g.model, g.content, g.reasoning, ev->finish_reason, usage,
-                                       g.want_lp ? &g.lps : nullptr)
-                       : completion_response(g.id, g.created, g.model, g.content, ev->finish_reason, usage,
-                                             g.want_lp ? &g.lps : nullptr);
+                       ? chat_response(g.id, g.created, g.model, g.content, g.reasoning,
+                                       ev->finish_reason, usage, g.want_lp ? &g.lps : nullptr)
+                       : completion_response(g.id, g.created, g.model, g.content, ev->finish_reason,
+                                             usage, g.want_lp ? &g.lps : nullptr);
         return end_generation_with(200, out.dump(-1, ' ', false, json::error_handler_t::replace));
       }
       if (g.stream) {
         std::vector<TokenLogprobInfo> lps;
         if (g.want_lp) lps = lp_info(ev->tokens);
         json chunk = g.ep == Endpoint::kChat
-                         ? chat_chunk(g.id, g.created, g.model, nullptr, ev->content, ev->reasoning, "",
-                                      g.want_lp ? &lps : nullptr)
-                         : completion_chunk(g.id, g.created, g.model, ev->content, "", g.want_lp ? &lps : nullptr);
+                         ? chat_chunk(g.id, g.created, g.model, nullptr, ev->content, ev->reasoning,
+                                      "", g.want_lp ? &lps : nullptr)
+                         : completion_chunk(g.id, g.created, g.model, ev->content, "",
+                                            g.want_lp ? &lps : nullptr);
         emit(sse_event(chunk));
       } else {
         g.content += ev->content;
@@ -666,12 +721,13 @@ class Session : public std::enable_shared_from_this<Session> {
     auto data = std::make_shared<std::string>(std::move(out_));
     out_.clear();
     arm(app_.opts.write_timeout_s);
-    asio::async_write(sock_, asio::buffer(*data), [self = shared_from_this(), data](beast::error_code ec, std::size_t) {
-      self->writing_ = false;
-      self->timer_.cancel();
-      if (ec) return self->close();
-      self->flush();
-    });
+    asio::async_write(sock_, asio::buffer(*data),
+                      [self = shared_from_this(), data](beast::error_code ec, std::size_t) {
+                        self->writing_ = false;
+                        self->timer_.cancel();
+                        if (ec) return self->close();
+                        self->flush();
+                      });
   }
 
   void after_response() {
@@ -693,8 +749,8 @@ class Session : public std::enable_shared_from_this<Session> {
     drain_input(std::make_shared<std::array<char, 16384>>(), 0);
   }
   void drain_input(std::shared_ptr<std::array<char, 16384>> scratch, std::size_t total) {
-    sock_.async_read_some(asio::buffer(*scratch), [self = shared_from_this(), scratch, total](beast::error_code ec,
-                                                                                            std::size_t n) {
+    sock_.async_read_some(asio::buffer(*scratch), [self = shared_from_this(), scratch, total](
+                                                      beast::error_code ec, std::size_t n) {
       if (ec || total + n > (1u << 20)) return self->close();
       self->drain_input(scratch, total + n);
     });
@@ -814,7 +870,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::atomic<bool> busy_{false};
 };
 
-std::shared_ptr<EngineRequest> App::make_request(const GenerationRequest& g, std::string* prompt_text) {
+std::shared_ptr<EngineRequest> App::make_request(const GenerationRequest& g,
+                                                 std::string* prompt_text) {
   auto r = std::make_shared<EngineRequest>();
   const std::int64_t ctx = engine->ctx_size();
   const std::string param = g.endpoint == Endpoint::kChat ? "messages" : "prompt";
@@ -824,9 +881,9 @@ std::shared_ptr<EngineRequest> App::make_request(const GenerationRequest& g, std
   auto check_bytes = [&](std::size_t bytes) {
     if (bytes > prompt_byte_limit)
       throw ApiException{ApiError::bad_request(
-          "the prompt is " + std::to_string(bytes) + " bytes, more than a context of " + std::to_string(ctx) +
-              " tokens can hold (at most " + std::to_string(prompt_byte_limit) +
-              " bytes); shorten it or raise --ctx-size",
+          "the prompt is " + std::to_string(bytes) + " bytes, more than a context of " +
+              std::to_string(ctx) + " tokens can hold (at most " +
+              std::to_string(prompt_byte_limit) + " bytes); shorten it or raise --ctx-size",
           param)};
   };
   bool in_reasoning = false;
@@ -836,7 +893,8 @@ std::shared_ptr<EngineRequest> App::make_request(const GenerationRequest& g, std
     try {
       rendered = fmt->render(g.messages, g.tools, true, g.template_kwargs);
     } catch (const Error& e) {
-      throw ApiException{ApiError::bad_request(std::string("chat template: ") + e.what(), "messages")};
+      throw ApiException{
+          ApiError::bad_request(std::string("chat template: ") + e.what(), "messages")};
     }
     check_bytes(rendered.size());
     r->prompt = fmt->tokenizer().encode(rendered, false);  // as ChatFormatter::encode_chat does
@@ -848,9 +906,11 @@ std::shared_ptr<EngineRequest> App::make_request(const GenerationRequest& g, std
     if (!g.prompt_is_ids) check_bytes(g.prompt_text.size());
     r->prompt = g.prompt_is_ids ? g.prompt_ids : fmt->encode_raw(g.prompt_text);
     if (!g.prompt_is_ids) marker_text = g.prompt_text;
-    if (prompt_text) *prompt_text = g.prompt_is_ids ? fmt->tokenizer().decode(g.prompt_ids) : g.prompt_text;
+    if (prompt_text)
+      *prompt_text = g.prompt_is_ids ? fmt->tokenizer().decode(g.prompt_ids) : g.prompt_text;
   }
-  if (!opts.debug_nan_marker.empty() && marker_text.find(opts.debug_nan_marker) != std::string::npos)
+  if (!opts.debug_nan_marker.empty() &&
+      marker_text.find(opts.debug_nan_marker) != std::string::npos)
     r->debug_nan_logits = true;
   r->starts_in_reasoning = in_reasoning;
   r->sampling = g.sampling;
@@ -858,16 +918,20 @@ std::shared_ptr<EngineRequest> App::make_request(const GenerationRequest& g, std
   r->top_logprobs = g.logprobs ? g.top_logprobs : -1;
   r->json_object = g.json_mode;
   const std::int64_t n = static_cast<std::int64_t>(r->prompt.size());
-  if (n == 0) throw ApiException{ApiError::bad_request("the prompt is empty (it encodes to no tokens)", param)};
+  if (n == 0)
+    throw ApiException{
+        ApiError::bad_request("the prompt is empty (it encodes to no tokens)", param)};
   if (n >= ctx)
-    throw ApiException{ApiError::bad_request("the prompt has " + std::to_string(n) + " tokens but the context holds " +
-                                                 std::to_string(ctx) + "; shorten the messages or raise --ctx-size",
-                                             param)};
+    throw ApiException{ApiError::bad_request(
+        "the prompt has " + std::to_string(n) + " tokens but the context holds " +
+            std::to_string(ctx) + "; shorten the messages or raise --ctx-size",
+        param)};
   if (g.max_tokens) {
     if (*g.max_tokens > ctx)
-      throw ApiException{ApiError::bad_request(
-          "max_tokens " + std::to_string(*g.max_tokens) + " exceeds the context (" + std::to_string(ctx) + " tokens)",
-          "max_tokens")};
+      throw ApiException{ApiError::bad_request("max_tokens " + std::to_string(*g.max_tokens) +
+                                                   " exceeds the context (" + std::to_string(ctx) +
+                                                   " tokens)",
+                                               "max_tokens")};
     r->max_tokens = *g.max_tokens;
   }
   r->deadline = Clock::now() + ms(opts.timeout_s);
@@ -880,7 +944,8 @@ void App::accept() {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
       if (ec == asio::error::no_descriptors) {
         // Out of file descriptors: pause briefly instead of spinning on accept.
-        LOG_WARN("accept failed: out of file descriptors; raise `ulimit -n` or lower --max-connections");
+        LOG_WARN(
+            "accept failed: out of file descriptors; raise `ulimit -n` or lower --max-connections");
         auto t = std::make_shared<asio::steady_timer>(ioc, std::chrono::milliseconds(100));
         t->async_wait([this, t](beast::error_code) { accept(); });
         return;
@@ -891,7 +956,8 @@ void App::accept() {
     if (connections.load() >= opts.max_connections) {
       // Over the limit: answer 503 in one short write and close, without reading.
       static const std::string busy =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: "
+          "close\r\n"
           "Content-Length: 108\r\n\r\n"
           R"({"error":{"message":"too many open connections","type":"server_error","param":null,"code":"unavailable"}})"
           "\n";
@@ -922,7 +988,9 @@ std::size_t App::busy_sessions() {
 
 void App::begin_shutdown() {
   if (shutting_down.exchange(true)) return;
-  std::fprintf(stderr, "mlxcel-server: shutting down (up to %.0f s for running requests; a second signal exits at once)\n",
+  std::fprintf(stderr,
+               "mlxcel-server: shutting down (up to %.0f s for running requests; a second signal "
+               "exits at once)\n",
                opts.shutdown_grace_s);
   beast::error_code ec;
   acceptor.close(ec);
@@ -985,8 +1053,8 @@ std::vector<std::string> split_list(const std::string& v) {
 double parse_seconds(const std::string& flag, const std::string& v, double lo, double hi) {
   const double x = runtime::parse_float_flag(flag, v);
   if (!(x >= lo && x <= hi))
-    throw_error(ErrorCategory::kBadInput, flag + " must be between " + json(lo).dump() + " and " + json(hi).dump() +
-                                              " seconds, got " + v);
+    throw_error(ErrorCategory::kBadInput, flag + " must be between " + json(lo).dump() + " and " +
+                                              json(hi).dump() + " seconds, got " + v);
   return x;
 }
 
@@ -1005,14 +1073,19 @@ const char* server_help() {
          "  --api-key KEY            require 'Authorization: Bearer KEY' (all routes but /health)\n"
          "  --api-key-file FILE      read the key from FILE\n"
          "  --cors-origins LIST      comma-separated allowed origins ('*' for any)\n"
-         "  --allowed-hosts LIST     Host names accepted without --api-key besides loopback ('*': any)\n"
+         "  --allowed-hosts LIST     Host names accepted without --api-key besides loopback ('*': "
+         "any)\n"
          "  --no-metrics             disable GET /metrics\n"
          "  --max-body-bytes N       largest request body, chunked or not (default 8 MiB)\n"
          "  --max-connections N      open connections at most (default 8192)\n"
-         "  --read-timeout S         a request must arrive within S seconds of its first byte (default 30)\n"
-         "  --idle-timeout S         keep-alive connections close after S idle seconds (default 60)\n"
-         "  --write-timeout S        a client that reads nothing for S seconds is dropped (default 30)\n"
-         "  --shutdown-grace S       on SIGTERM, running requests get S seconds to finish (default 10)\n"
+         "  --read-timeout S         a request must arrive within S seconds of its first byte "
+         "(default 30)\n"
+         "  --idle-timeout S         keep-alive connections close after S idle seconds (default "
+         "60)\n"
+         "  --write-timeout S        a client that reads nothing for S seconds is dropped (default "
+         "30)\n"
+         "  --shutdown-grace S       on SIGTERM, running requests get S seconds to finish (default "
+         "10)\n"
          "  --numerics fast|mlx      fast: fp32 accumulation (default); mlx: MLX CPU bit for bit\n"
          "  --debug-step-delay-ms N  testing aid: sleep N ms after every engine step\n"
          "  --debug-nan-marker STR   testing aid: prompts containing STR get NaN logits\n"
@@ -1041,12 +1114,18 @@ ServerOptions parse_server_args(const std::vector<std::string>& args) {
     else if (a == "-np" || a == "--parallel") o.parallel = static_cast<int>(parse_int_flag(a, value(), 1, 1024));
     else if (a == "--max-queue") o.max_queue = static_cast<std::size_t>(parse_int_flag(a, value(), 0, 1 << 20));
     // A week at most: the deadline is a steady_clock time point, and 1e10 s overflowed it.
-    else if (a == "--timeout") o.timeout_s = parse_seconds(a, value(), 0.001, 604800);
-    else if (a == "--read-timeout") o.read_timeout_s = parse_seconds(a, value(), 0.1, 3600);
-    else if (a == "--idle-timeout") o.idle_timeout_s = parse_seconds(a, value(), 0.1, 86400);
-    else if (a == "--write-timeout") o.write_timeout_s = parse_seconds(a, value(), 0.1, 3600);
-    else if (a == "--shutdown-grace") o.shutdown_grace_s = parse_seconds(a, value(), 0, 3600);
-    else if (a == "--max-connections") o.max_connections = static_cast<std::size_t>(parse_int_flag(a, value(), 1, 1 << 20));
+    else if (a == "--timeout")
+      o.timeout_s = parse_seconds(a, value(), 0.001, 604800);
+    else if (a == "--read-timeout")
+      o.read_timeout_s = parse_seconds(a, value(), 0.1, 3600);
+    else if (a == "--idle-timeout")
+      o.idle_timeout_s = parse_seconds(a, value(), 0.1, 86400);
+    else if (a == "--write-timeout")
+      o.write_timeout_s = parse_seconds(a, value(), 0.1, 3600);
+    else if (a == "--shutdown-grace")
+      o.shutdown_grace_s = parse_seconds(a, value(), 0, 3600);
+    else if (a == "--max-connections")
+      o.max_connections = static_cast<std::size_t>(parse_int_flag(a, value(), 1, 1 << 20));
     else if (a == "--api-key") o.api_key = value();
     else if (a == "--api-key-file") {
       std::string path = value();
@@ -1055,12 +1134,16 @@ ServerOptions parse_server_args(const std::vector<std::string>& args) {
       std::getline(f, o.api_key);
       while (!o.api_key.empty() && std::isspace(static_cast<unsigned char>(o.api_key.back()))) o.api_key.pop_back();
       if (o.api_key.empty()) throw_error(ErrorCategory::kBadInput, "--api-key-file: " + path + " is empty");
-    } else if (a == "--cors-origins") o.cors_origins = split_list(value());
-    else if (a == "--allowed-hosts") o.allowed_hosts = split_list(value());
-    else if (a == "--metrics") o.metrics = true;
+    } else if (a == "--cors-origins")
+      o.cors_origins = split_list(value());
+    else if (a == "--allowed-hosts")
+      o.allowed_hosts = split_list(value());
+    else if (a == "--metrics")
+      o.metrics = true;
     else if (a == "--no-metrics") o.metrics = false;
     else if (a == "--debug-step-delay-ms") o.debug_step_delay_ms = parse_int_flag(a, value(), 0, 10000);
-    else if (a == "--debug-nan-marker") o.debug_nan_marker = value();
+    else if (a == "--debug-nan-marker")
+      o.debug_nan_marker = value();
     else if (a == "--max-body-bytes") o.max_body_bytes = static_cast<std::size_t>(parse_int_flag(a, value(), 1024, 1ll << 32));
     else if (a == "-h" || a == "--help") {
       std::fputs(server_help(), stdout);
@@ -1069,7 +1152,8 @@ ServerOptions parse_server_args(const std::vector<std::string>& args) {
   }
   if (o.model_dir.empty()) throw_error(ErrorCategory::kBadInput, "a model folder is required (-m DIR)");
   if (o.model_id.empty()) o.model_id = std::filesystem::path(o.model_dir).filename().string();
-  if (o.model_id.empty()) o.model_id = std::filesystem::path(o.model_dir).parent_path().filename().string();
+  if (o.model_id.empty())
+    o.model_id = std::filesystem::path(o.model_dir).parent_path().filename().string();
   o.sampling.validate(std::numeric_limits<std::int32_t>::max());
   return o;
 }
@@ -1079,9 +1163,12 @@ int run_server(const ServerOptions& opts) {
   raise_fd_limit();
   App app;
   app.opts = opts;
-  const int io_threads = opts.http_threads > 0 ? opts.http_threads
-                                               : static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u));
-  app.workers = std::make_unique<asio::thread_pool>(static_cast<std::size_t>(std::max(2, io_threads)));
+  const int io_threads =
+      opts.http_threads > 0
+          ? opts.http_threads
+          : static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u));
+  app.workers =
+      std::make_unique<asio::thread_pool>(static_cast<std::size_t>(std::max(2, io_threads)));
 
   beast::error_code ec;
   const auto addr = asio::ip::make_address(opts.host, ec);
@@ -1092,8 +1179,9 @@ int run_server(const ServerOptions& opts) {
   if (!ec) app.acceptor.bind(ep, ec);
   if (!ec) app.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
-    throw_error(ErrorCategory::kBadInput, "cannot listen on " + opts.host + ":" + std::to_string(opts.port) + " (" +
-                                              ec.message() + ")");
+    throw_error(ErrorCategory::kBadInput, "cannot listen on " + opts.host + ":" +
+                                              std::to_string(opts.port) + " (" + ec.message() +
+                                              ")");
 
   // SIGINT / SIGTERM: graceful shutdown; a second one exits at once.
   asio::signal_set signals(app.ioc, SIGINT, SIGTERM);
@@ -1123,7 +1211,8 @@ int run_server(const ServerOptions& opts) {
   std::fprintf(stderr, "mlxcel-server: loading %s\n", opts.model_dir.c_str());
   try {
     app.lm = models::load_model(opts.model_dir, opts.load);
-    app.fmt = std::make_unique<runtime::ChatFormatter>(runtime::ChatFormatter::load(opts.model_dir));
+    app.fmt =
+        std::make_unique<runtime::ChatFormatter>(runtime::ChatFormatter::load(opts.model_dir));
     EngineOptions eo;
     eo.parallel = opts.parallel;
     std::int64_t mctx = app.lm.model->config().context_length();
@@ -1137,7 +1226,8 @@ int run_server(const ServerOptions& opts) {
     const auto& tok = app.fmt->tokenizer();
     std::size_t longest = 1;
     for (std::size_t t = 0; t < tok.vocab_size(); ++t)
-      longest = std::max(longest, tok.decode(std::vector<std::int32_t>{static_cast<std::int32_t>(t)}).size());
+      longest = std::max(
+          longest, tok.decode(std::vector<std::int32_t>{static_cast<std::int32_t>(t)}).size());
     app.prompt_byte_limit = static_cast<std::size_t>(eo.ctx_size) * longest * 2 + 4096;
     app.engine = std::make_unique<Engine>(*app.lm.model, *app.fmt, eo, app.metrics);
   } catch (...) {
@@ -1146,8 +1236,9 @@ int run_server(const ServerOptions& opts) {
     throw;
   }
   app.loading.store(false);
-  std::fprintf(stderr, "mlxcel-server: serving '%s' on http://%s:%d (%d slots x %lld tokens)\n", opts.model_id.c_str(),
-               opts.host.c_str(), opts.port, opts.parallel, static_cast<long long>(app.engine->ctx_size()));
+  std::fprintf(stderr, "mlxcel-server: serving '%s' on http://%s:%d (%d slots x %lld tokens)\n",
+               opts.model_id.c_str(), opts.host.c_str(), opts.port, opts.parallel,
+               static_cast<long long>(app.engine->ctx_size()));
   join_all();
   {
     // Connections still open (their answers could not be flushed in time) close with the process.

@@ -35,9 +35,9 @@ struct ServerOptions {
   std::size_t max_connections = 8192;
   std::size_t max_header_bytes = 16u << 10;  // request line + all header fields
   std::size_t max_header_fields = 100;
-  double shutdown_grace_s = 10;              // running requests get this long to finish on SIGTERM
-  std::vector<std::string> allowed_hosts;    // Host names accepted without --api-key ("*": any)
-  int http_threads = 0;                      // 0: 2, or more on bigger machines
+  double shutdown_grace_s = 10;            // running requests get this long to finish on SIGTERM
+  std::vector<std::string> allowed_hosts;  // Host names accepted without --api-key ("*": any)
+  int http_threads = 0;                    // 0: 2, or more on bigger machines
   std::int64_t debug_step_delay_ms = 0;  // testing aid, see EngineOptions
   std::string debug_nan_marker;          // testing aid: prompts containing it get NaN logits
   runtime::SamplingParams sampling;  // defaults for fields a request leaves out (temperature 1)

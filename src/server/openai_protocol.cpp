@@ -56,8 +56,8 @@ std::optional<std::int64_t> opt_int(const json& b, const char* key, std::int64_t
     // 2^63 is the first double outside int64 (double(INT64_MAX) rounds up to it), so compare
     // against it rather than against `hi` converted to double.
     if (!std::isfinite(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0)
-      fail(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
-               ", got " + it->dump(),
+      fail(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
+               std::to_string(hi) + ", got " + it->dump(),
            key);
     return static_cast<std::int64_t>(d);
   }
@@ -229,7 +229,8 @@ json parse_body(const std::string& body) {
   std::string error;
   auto j = parse_json_bounded(body, &error);
   if (!j) throw ApiException{ApiError::bad_request("request body is not valid JSON: " + error)};
-  if (!j->is_object()) throw ApiException{ApiError::bad_request("the request body must be a JSON object")};
+  if (!j->is_object())
+    throw ApiException{ApiError::bad_request("the request body must be a JSON object")};
   return std::move(*j);
 }
 

@@ -54,7 +54,8 @@ inline constexpr int kMaxRequestJsonDepth = 128;
 // double's range or a non-object are a 400 with the parser's message.
 nlohmann::json parse_body(const std::string& body);
 // Parses JSON text with the same depth bound; nullopt (and the reason in `error`) on failure.
-std::optional<nlohmann::json> parse_json_bounded(const std::string& text, std::string* error = nullptr);
+std::optional<nlohmann::json> parse_json_bounded(const std::string& text,
+                                                 std::string* error = nullptr);
 
 struct Usage {
   std::int64_t prompt_tokens = 0;

@@ -21,7 +21,8 @@ class BoundedSax {
   using string_t = typename Json::string_t;
   using binary_t = typename Json::binary_t;
 
-  BoundedSax(Json& result, int max_depth) : dom_(result, /*allow_exceptions=*/false), max_depth_(max_depth) {}
+  BoundedSax(Json& result, int max_depth)
+      : dom_(result, /*allow_exceptions=*/false), max_depth_(max_depth) {}
 
   bool null() { return dom_.null(); }
   bool boolean(bool v) { return dom_.boolean(v); }

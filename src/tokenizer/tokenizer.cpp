@@ -88,7 +88,8 @@ nlohmann::json read_json(const std::string& path) {
   if (!f) throw_error(ErrorCategory::kBadInput, "tokenizer: cannot open " + path);
   std::string error;
   auto j = json_util::parse_bounded(f, kMaxJsonDepth, &error);
-  if (!j) throw_error(ErrorCategory::kBadInput, "tokenizer: " + path + " is not valid JSON: " + error);
+  if (!j)
+    throw_error(ErrorCategory::kBadInput, "tokenizer: " + path + " is not valid JSON: " + error);
   return std::move(*j);
 }
 

@@ -234,8 +234,8 @@ std::string many_entries_header(std::size_t n) {
   std::string h = "{";
   for (std::size_t i = 0; i < n; ++i) {
     if (i) h += ',';
-    h += "\"t" + std::to_string(i) + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" + std::to_string(i) + "," +
-         std::to_string(i + 1) + "]}";
+    h += "\"t" + std::to_string(i) + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" +
+         std::to_string(i) + "," + std::to_string(i + 1) + "]}";
   }
   return h + "}";
 }
@@ -255,8 +255,9 @@ TEST(SafetensorsCorrupt, ManyEntriesAreLinearAndCapped) {
   const double t100 = time_of(100'000);
   EXPECT_LT(t100, 2.0);
   EXPECT_LT(t100, 8 * t25 + 0.05) << "25k entries: " << t25 << " s, 100k: " << t100 << " s";
-  EXPECT_NE(rejected(make_file(many_entries_header(262'145), 262'145)).find("more than 262144 tensors"),
-            std::string::npos);
+  EXPECT_NE(
+      rejected(make_file(many_entries_header(262'145), 262'145)).find("more than 262144 tensors"),
+      std::string::npos);
 }
 
 TEST(SafetensorsCorrupt, FifoIsRefusedWithoutBlocking) {

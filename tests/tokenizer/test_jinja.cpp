@@ -121,10 +121,13 @@ TEST(JinjaLimits, DeepNestingAndLongChainsAreRefusedAtParse) {
   for (int i = 0; i < 100000; ++i) chain += " + 1";
   chain += " }}";
   EXPECT_NE(parse_error(chain).find("nests deeper"), std::string::npos);
-  EXPECT_NE(parse_error("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}").find("nests deeper"),
+  EXPECT_NE(parse_error("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}")
+                .find("nests deeper"),
             std::string::npos);
-  EXPECT_NE(parse_error("{{ " + std::string(100000, '-') + "1 }}").find("nests deeper"), std::string::npos);
-  EXPECT_NE(parse_error("{{ " + std::string(50000, '[') + std::string(50000, ']') + " }}").find("nests deeper"),
+  EXPECT_NE(parse_error("{{ " + std::string(100000, '-') + "1 }}").find("nests deeper"),
+            std::string::npos);
+  EXPECT_NE(parse_error("{{ " + std::string(50000, '[') + std::string(50000, ']') + " }}")
+                .find("nests deeper"),
             std::string::npos);
   std::string blocks;
   for (int i = 0; i < 20000; ++i) blocks += "{% if true %}";
@@ -142,14 +145,17 @@ TEST(JinjaLimits, DeepNestingAndLongChainsAreRefusedAtParse) {
 }
 
 TEST(JinjaLimits, IntegerEdgeCases) {
-  EXPECT_NE(error_of("{{ (-9223372036854775807 - 1) // -1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ (-9223372036854775807 - 1) // -1 }}").find("integer overflow"),
+            std::string::npos);
   EXPECT_EQ(render("{{ (-9223372036854775807 - 1) % -1 }} {{ 7 // -1 }} {{ -7 % -1 }}"), "0 -7 0");
   EXPECT_NE(error_of("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
   EXPECT_NE(error_of("{{ -9223372036854775807 - 2 }}").find("integer overflow"), std::string::npos);
   EXPECT_NE(error_of("{{ 4294967296 * 4294967296 }}").find("integer overflow"), std::string::npos);
   EXPECT_NE(error_of("{{ 2 ** 64 }}").find("integer overflow"), std::string::npos);
-  EXPECT_EQ(render("{{ 2 ** 62 }} {{ (-1) ** 1000000000000 }} {{ 0 ** 99999999999 }}"), "4611686018427387904 1 0");
-  EXPECT_NE(error_of("{{ -(-9223372036854775807 - 1) }}").find("integer overflow"), std::string::npos);
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ (-1) ** 1000000000000 }} {{ 0 ** 99999999999 }}"),
+            "4611686018427387904 1 0");
+  EXPECT_NE(error_of("{{ -(-9223372036854775807 - 1) }}").find("integer overflow"),
+            std::string::npos);
 }
 
 TEST(JinjaLimits, FiltersRespectTheOutputCap) {
@@ -159,9 +165,11 @@ TEST(JinjaLimits, FiltersRespectTheOutputCap) {
   EXPECT_NE(error_of("{{ [[[[1]]]]|tojson(indent=5000000) }}").find("exceeds"), std::string::npos);
   // Many lines times a wide indent: each alone is allowed, the product is not.
   EXPECT_NE(error_of("{{ ('x\n' * 1000000)|indent(100) }}").find("exceeds"), std::string::npos);
-  EXPECT_NE(error_of("{{ ('x' * 1000000)|replace('', 'yyyyyyyyyyyyyyyyyyyy') }}").find("exceeds"), std::string::npos);
+  EXPECT_NE(error_of("{{ ('x' * 1000000)|replace('', 'yyyyyyyyyyyyyyyyyyyy') }}").find("exceeds"),
+            std::string::npos);
   EXPECT_NE(error_of("{{ [1] * 9223372036854775807 }}").find("too large"), std::string::npos);
-  EXPECT_EQ(render("{{ 'ab'|center(6) }}|{{ 'a\nb'|indent(2) }}|{{ [1]|tojson(indent=2) }}"), "  ab  |a\n  b|[\n  1\n]");
+  EXPECT_EQ(render("{{ 'ab'|center(6) }}|{{ 'a\nb'|indent(2) }}|{{ [1]|tojson(indent=2) }}"),
+            "  ab  |a\n  b|[\n  1\n]");
 }
 
 TEST(JinjaLimits, DeepTemplateVariablesAreRefused) {
@@ -169,7 +177,8 @@ TEST(JinjaLimits, DeepTemplateVariablesAreRefused) {
   for (int i = 0; i < 1000; ++i) deep = ojson::array({deep});
   EXPECT_NE(error_of("{{ x }}", ojson{{"x", deep}}).find("nests too deeply"), std::string::npos);
   // Built inside the template: tojson stops at its depth limit instead of recursing on.
-  EXPECT_NE(error_of("{% set ns = namespace(v=1) %}{% for i in range(2000) %}{% set ns.v = [ns.v] %}{% endfor %}"
+  EXPECT_NE(error_of("{% set ns = namespace(v=1) %}{% for i in range(2000) %}{% set ns.v = [ns.v] "
+                     "%}{% endfor %}"
                      "{{ ns.v|tojson }}")
                 .find("deeper"),
             std::string::npos);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <ctime>
+#include <limits>
 
 #include "core/error.h"
 #include "tokenizer/unicode.h"
@@ -102,10 +102,13 @@ std::vector<std::string> py_split(const std::string& s, const Value* sep, int64_
   return out;
 }
 
-std::string replace_str(const std::string& s, const std::string& a, const std::string& b, int64_t count, size_t cap) {
+std::string replace_str(const std::string& s, const std::string& a, const std::string& b,
+                        int64_t count, size_t cap) {
   std::string out;
   auto check = [&]() {
-    if (out.size() > cap) throw_error(ErrorCategory::kBadInput, "replace: the result exceeds " + std::to_string(cap) + " bytes");
+    if (out.size() > cap)
+      throw_error(ErrorCategory::kBadInput,
+                  "replace: the result exceeds " + std::to_string(cap) + " bytes");
   };
   if (a.empty()) {
     // Python inserts b between every character (and at both ends).
@@ -192,12 +195,14 @@ void Interpreter::check_size(size_t n, int line) const {
 }
 
 size_t Interpreter::width_arg(const Value& w, const char* what, int line) const {
-  if (!is_int_like(w)) fail(line, std::string(what) + ": the width must be an integer, got " + type_name(w));
+  if (!is_int_like(w))
+    fail(line, std::string(what) + ": the width must be an integer, got " + type_name(w));
   const int64_t n = as_int(w);
   if (n < 0) return 0;
   if (static_cast<uint64_t>(n) > limits_.max_output_bytes)
-    fail(line, std::string(what) + ": width " + std::to_string(n) + " exceeds the output limit of " +
-                   std::to_string(limits_.max_output_bytes) + " bytes");
+    fail(line, std::string(what) + ": width " + std::to_string(n) +
+                   " exceeds the output limit of " + std::to_string(limits_.max_output_bytes) +
+                   " bytes");
   return static_cast<size_t>(n);
 }
 
@@ -615,7 +620,8 @@ Value Interpreter::call_method(const Value& obj, const std::string& name, Args& 
     if (name == "replace") {
       const Value *x = arg(0, "old"), *y = arg(1, "new"), *c = arg(2, "count");
       if (!x || !y) fail(line, "replace() takes at least 2 arguments");
-      return Value::string(replace_str(s, to_str(*x), to_str(*y), c ? as_int(*c) : -1, limits_.max_output_bytes));
+      return Value::string(
+          replace_str(s, to_str(*x), to_str(*y), c ? as_int(*c) : -1, limits_.max_output_bytes));
     }
     if (name == "find" || name == "rfind" || name == "index" || name == "count") {
       const Value* x = arg(0, "sub");
@@ -801,7 +807,8 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b,
         for (int64_t k = 0; k < n; ++k) r += seq->s;
         return Value::string(r);
       }
-      if (static_cast<double>(seq->list->items.size()) * static_cast<double>(n) > static_cast<double>(limits_.max_items))
+      if (static_cast<double>(seq->list->items.size()) * static_cast<double>(n) >
+          static_cast<double>(limits_.max_items))
         fail(line, "value too large (more than " + std::to_string(limits_.max_items) + " items)");
       std::vector<Value> items;
       for (int64_t k = 0; k < n; ++k) items.insert(items.end(), seq->list->items.begin(), seq->list->items.end());
@@ -839,10 +846,15 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b,
     // Python integers are unbounded; ours are 64-bit, so a result outside int64 is an error
     // rather than a wrapped value (or SIGFPE, for INT64_MIN // -1).
     int64_t x = as_int(a), y = as_int(b), r = 0;
-    auto overflow = [&]() { fail(line, "integer overflow in " + std::to_string(x) + " " + op + " " + std::to_string(y)); };
-    if (op == "+") return __builtin_add_overflow(x, y, &r) ? (overflow(), Value()) : Value::integer(r);
-    if (op == "-") return __builtin_sub_overflow(x, y, &r) ? (overflow(), Value()) : Value::integer(r);
-    if (op == "*") return __builtin_mul_overflow(x, y, &r) ? (overflow(), Value()) : Value::integer(r);
+    auto overflow = [&]() {
+      fail(line, "integer overflow in " + std::to_string(x) + " " + op + " " + std::to_string(y));
+    };
+    if (op == "+")
+      return __builtin_add_overflow(x, y, &r) ? (overflow(), Value()) : Value::integer(r);
+    if (op == "-")
+      return __builtin_sub_overflow(x, y, &r) ? (overflow(), Value()) : Value::integer(r);
+    if (op == "*")
+      return __builtin_mul_overflow(x, y, &r) ? (overflow(), Value()) : Value::integer(r);
     if (op == "//" || op == "%") {
       if (y == 0) fail(line, "integer division or modulo by zero");
       if (y == -1) {
@@ -858,7 +870,7 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b,
       int64_t p = 1;
       for (int64_t k = 0; k < y; ++k) {
         if (__builtin_mul_overflow(p, x, &p)) overflow();
-        if (p == 0 || p == 1) break;  // 0 ** y, 1 ** y
+        if (p == 0 || p == 1) break;                   // 0 ** y, 1 ** y
         if (p == -1 && ((y - k - 1) % 2 == 0)) break;  // (-1) ** y: the sign is settled
       }
       return Value::integer(p);
@@ -997,7 +1009,8 @@ Value Interpreter::eval(const Expr& e) {
       if (!v.is_number()) fail(e.line, "bad operand type for unary " + e.name + ": '" + type_name(v) + "'");
       if (e.name == "+") return v.kind == Kind::kBool ? Value::integer(v.b) : v;
       if (v.kind == Kind::kFloat) return Value::real(-v.f);
-      if (as_int(v) == std::numeric_limits<int64_t>::min()) fail(e.line, "integer overflow in unary -");
+      if (as_int(v) == std::numeric_limits<int64_t>::min())
+        fail(e.line, "integer overflow in unary -");
       return Value::integer(-as_int(v));
     }
     case ExprKind::kBinary: return binary(e.name, eval(*e.a), eval(*e.b), e.line);
@@ -1105,7 +1118,8 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
       if (x->is_string()) {
         o.indent = 1;
         o.indent_str = x->s;
-        if (o.indent_str.size() > limits_.max_output_bytes) fail(line, "tojson: indent string too large");
+        if (o.indent_str.size() > limits_.max_output_bytes)
+          fail(line, "tojson: indent string too large");
       } else {
         const size_t width = width_arg(*x, "tojson indent", line);
         o.indent = static_cast<int>(std::min<size_t>(width, 1u << 20));
@@ -1159,15 +1173,20 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
   if (name == "replace") {
     const Value *x = arg(0, "old"), *y = arg(1, "new"), *c = arg(2, "count");
     if (!x || !y) fail(line, "replace filter needs old and new");
-    return Value::string(replace_str(to_str(v), to_str(*x), to_str(*y), c && !c->is_none() ? as_int(*c) : -1, limits_.max_output_bytes));
+    return Value::string(replace_str(to_str(v), to_str(*x), to_str(*y),
+                                     c && !c->is_none() ? as_int(*c) : -1,
+                                     limits_.max_output_bytes));
   }
   if (name == "indent") {
     const Value *w = arg(0, "width"), *first = arg(1, "first"), *blank = arg(2, "blank");
-    std::string ind = w ? (w->is_string() ? w->s : std::string(width_arg(*w, "indent", line), ' ')) : "    ";
+    std::string ind =
+        w ? (w->is_string() ? w->s : std::string(width_arg(*w, "indent", line), ' ')) : "    ";
     std::string s = to_str(v) + "\n";
     const double lines_n = static_cast<double>(std::count(s.begin(), s.end(), '\n'));
-    if (static_cast<double>(s.size()) + lines_n * static_cast<double>(ind.size()) > static_cast<double>(limits_.max_output_bytes))
-      fail(line, "indent: the result exceeds the output limit of " + std::to_string(limits_.max_output_bytes) + " bytes");
+    if (static_cast<double>(s.size()) + lines_n * static_cast<double>(ind.size()) >
+        static_cast<double>(limits_.max_output_bytes))
+      fail(line, "indent: the result exceeds the output limit of " +
+                     std::to_string(limits_.max_output_bytes) + " bytes");
     std::vector<std::string> lines;
     {
       size_t last = 0;

@@ -38,7 +38,8 @@ class Interpreter {
   [[noreturn]] void fail(int line, const std::string& msg) const;
   Value call(const Value& fn, Args& args, int line);
   void check_size(size_t n, int line) const;
-  // A width argument (indent, center, tojson indent): negative counts as 0; over the output cap fails.
+  // A width argument (indent, center, tojson indent): negative counts as 0; over the output cap
+  // fails.
   size_t width_arg(const Value& w, const char* what, int line) const;
 
  private:

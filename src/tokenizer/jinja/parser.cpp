@@ -13,8 +13,8 @@ namespace {
 // Templates come with model downloads, so they are untrusted input: the parser refuses nesting
 // (statements, parentheses, operator chains) beyond these depths instead of building a tree
 // whose evaluation or destruction would overflow the stack.
-constexpr int kMaxNesting = 128;     // parser recursion: nested blocks, brackets, unary operators
-constexpr int kMaxExprDepth = 256;   // height of one expression tree (a + b + ... is a chain)
+constexpr int kMaxNesting = 128;    // parser recursion: nested blocks, brackets, unary operators
+constexpr int kMaxExprDepth = 256;  // height of one expression tree (a + b + ... is a chain)
 
 class Parser {
  public:
@@ -301,7 +301,8 @@ class Parser {
     e->depth = h + 1;
     if (e->depth > kMaxExprDepth)
       error("an expression nests deeper than " + std::to_string(kMaxExprDepth) +
-            " levels (a chain of that many operators?)", e->line);
+                " levels (a chain of that many operators?)",
+            e->line);
     return e;
   }
 
@@ -398,7 +399,8 @@ class Parser {
       }
       cmp->ops.push_back(op);
       cmp->items.push_back(parse_math1());
-      if (cmp->items.size() > static_cast<size_t>(kMaxExprDepth)) error("too many chained comparisons");
+      if (cmp->items.size() > static_cast<size_t>(kMaxExprDepth))
+        error("too many chained comparisons");
     }
     return cmp ? seal(std::move(cmp)) : std::move(e);
   }
