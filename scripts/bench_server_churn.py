@@ -146,6 +146,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--cut-fraction", type=float, default=0.33)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--warmup", type=float, default=20.0, help="seconds of churn before the baseline")
     a = ap.parse_args()
 
     with socket.socket() as s:
@@ -180,7 +181,25 @@ def main():
             for chat in (False, True):
                 if ref[(i, False, chat)] != ref[(i, True, chat)]:
                     sys.exit(f"streamed and non-streamed answers differ for prompt {i} chat={chat}")
-        time.sleep(1.0)
+        # Warm-up: the same churn for a short while, so thread stacks, allocator arenas and the
+        # prefix cache reach their working size before the baseline (as test_server_load does).
+        warm_end = time.time() + a.warmup
+
+        def warm(k):
+            rng = random.Random(k)
+            while time.time() < warm_end:
+                cut = rng.randrange(200, 2500) if rng.random() < a.cut_fraction else None
+                try:
+                    run_one(port, rng.randrange(len(PROMPTS)), rng.random() < 0.6, rng.random() < 0.5,
+                            a.max_tokens, cut)
+                except OSError:
+                    pass
+        ws = [threading.Thread(target=warm, args=(k,)) for k in range(a.clients)]
+        for t in ws:
+            t.start()
+        for t in ws:
+            t.join()
+        time.sleep(3.0)
         before = proc_stats(srv.pid)
 
         counts = {"completed": 0, "cut": 0, "refused": 0, "failed": 0, "lost_or_duplicated": 0}
@@ -221,12 +240,18 @@ def main():
                             counts["lost_or_duplicated"] += 1
                             bad.append(("cut", i, stream, chat, text[:80], expect[:80]))
 
+        rss_trace = []
+
         def sampler():
+            last = 0.0
             while time.time() < end:
                 st = proc_stats(srv.pid)
                 with lock:
                     for k in peak:
                         peak[k] = max(peak[k], st[k])
+                if time.time() - last >= 30:
+                    rss_trace.append(st["rss_kib"])
+                    last = time.time()
                 time.sleep(0.5)
 
         threads = [threading.Thread(target=client, args=(k,)) for k in range(a.clients)]
@@ -249,6 +274,7 @@ def main():
               f"({rss_change:+.1f}%)")
         print(f"  fds before {before['fds']}, peak {peak['fds']}, after {after['fds']}; "
               f"threads before {before['threads']}, peak {peak['threads']}, after {after['threads']}")
+        print("  RSS KiB every 30 s under load:", " ".join(str(x) for x in rss_trace))
         for b in bad[:10]:
             print("  mismatch:", b)
         ok = (counts["lost_or_duplicated"] == 0 and counts["failed"] == 0 and abs(rss_change) <= 5.0 and

@@ -17,7 +17,7 @@ core=(src/core/error.cpp src/core/log.cpp src/core/dtype.cpp src/core/device.cpp
 "$CXX" "${flags[@]}" fuzz/fuzz_safetensors.cpp src/io/safetensors.cpp "${core[@]}" -o "$out/fuzz_safetensors"
 "$CXX" "${flags[@]}" fuzz/fuzz_model_config.cpp src/io/model_config.cpp src/quant/quant_params.cpp "${core[@]}" \
   -o "$out/fuzz_model_config"
-tokenizer=(src/tokenizer/*.cpp src/tokenizer/jinja/*.cpp)
+tokenizer=(src/tokenizer/*.cpp src/tokenizer/jinja/*.cpp -DPCRE2_CODE_UNIT_WIDTH=8)
 "$CXX" "${flags[@]}" fuzz/fuzz_openai_request.cpp src/server/openai_protocol.cpp src/server/api_error.cpp \
   src/runtime/sampler.cpp "${core[@]}" -o "$out/fuzz_openai_request"
 "$CXX" "${flags[@]}" fuzz/fuzz_tokenizer_json.cpp "${tokenizer[@]}" "${core[@]}" -lpcre2-8 -lutf8proc \

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -246,10 +247,14 @@ std::string many_entries_header(std::size_t n) {
 TEST(SafetensorsCorrupt, ManyEntriesAreLinearAndCapped) {
   const auto time_of = [](std::size_t n) {
     const auto f = make_file(many_entries_header(n), n);
-    const auto t0 = std::chrono::steady_clock::now();
-    auto st = SafetensorsFile::from_bytes(f, "many.safetensors");
-    EXPECT_EQ(st->entries().size(), n);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double best = 1e9;  // the fastest of three: the machine may be busy
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto st = SafetensorsFile::from_bytes(f, "many.safetensors");
+      EXPECT_EQ(st->entries().size(), n);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
   };
   const double t25 = time_of(25'000);
   const double t100 = time_of(100'000);
