@@ -46,7 +46,7 @@ XFAIL_MLX = {
 
 
 def with_marks(names, xfail):
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=xfail[n])) if n in xfail else n
+    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=xfail[n])) if n in xfail else n
             for n in names]
 
 
