@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
 
 #include "runtime/step.h"
 
@@ -54,6 +55,7 @@ Scheduler::Id Scheduler::add(SequenceRequest r, SequenceObserver* obs) {
   s->stats.prompt_tokens = static_cast<std::int64_t>(s->req.prompt.size());
   s->stats.cached_tokens = cached;
   s->stats.kv_length = s->kv.length();
+  s->obs->on_admit(s->stats);
   const Id id = s->id;
   active_.push_back(std::move(s));
   return id;
@@ -90,19 +92,23 @@ void Scheduler::fail(Id id, const Error& e) {
 
 void Scheduler::sample(Sequence& s, std::vector<float>& logits) {
   s.stats.kv_length = s.kv.length();
-  // A sequence whose logits are not finite fails alone; the others in the step go on.
-  for (float x : logits) {
-    if (std::isnan(x) || x == INFINITY) {
-      s.done = true;
-      s.obs->on_error(Error(ErrorCategory::kInternal,
-                            "the model produced non-finite logits for this request (NaN or "
-                            "infinity); its weights or inputs overflow"),
-                      s.stats);
-      return;
-    }
+  SampleResult r;
+  try {
+    s.obs->process_logits(logits, s.stats);
+    // A sequence whose logits are not finite fails alone; the others in the step go on. (-inf
+    // is a token a constraint removed.)
+    for (float x : logits)
+      if (std::isnan(x) || x == INFINITY)
+        throw_error(ErrorCategory::kInternal,
+                    "the model produced non-finite logits (NaN or +inf) for this request; the "
+                    "checkpoint or its quantization may be damaged, or the numbers overflowed for "
+                    "this prompt");
+    r = s.sampler.sample(logits, s.history, std::max(0, s.req.top_logprobs));
+  } catch (const Error& e) {
+    s.done = true;
+    s.obs->on_error(e, s.stats);
+    return;
   }
-  s.obs->process_logits(logits, s.stats);
-  const SampleResult r = s.sampler.sample(logits, s.history, std::max(0, s.req.top_logprobs));
   const auto& eos_ids = s.req.eos_ids;
   const bool eos =
       !s.req.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), r.token) != eos_ids.end();
@@ -136,16 +142,25 @@ void Scheduler::step() {
   }
   if (!batch.empty()) {
     std::vector<std::vector<float>> logits;
-    try {
-      forward_step(model_, batch, logits);
-    } catch (const Error& e) {
+    auto fail_all = [&](const Error& e) {
       for (auto& p : active_) {
         if (p->done) continue;
         p->done = true;
         p->obs->on_error(e, p->stats);
       }
       active_.clear();
+    };
+    try {
+      forward_step(model_, batch, logits);
+    } catch (const Error& e) {
+      fail_all(e);
       throw;
+    } catch (const std::bad_alloc&) {
+      const Error e(ErrorCategory::kOutOfMemory,
+                    "out of memory while computing this step; retry with a shorter prompt or "
+                    "fewer parallel requests");
+      fail_all(e);
+      throw e;
     }
     for (std::size_t b = 0; b < owners.size(); ++b) {
       Sequence& s = *owners[b];

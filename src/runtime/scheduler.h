@@ -43,16 +43,20 @@ struct SequenceStats {
 class SequenceObserver {
  public:
   virtual ~SequenceObserver() = default;
+  // Admitted: the prompt's cached prefix is known (stats.cached_tokens).
+  virtual void on_admit(const SequenceStats& s) {}
   // A prompt chunk of `tokens` was computed; `complete`: the prompt is done.
   virtual void on_prefill(std::int64_t tokens, bool complete) {}
-  // Before sampling: change the logits (a JSON-mode mask, say).
+  // Before sampling: change the logits (a JSON-mode mask, say). A thrown Error fails this
+  // sequence alone.
   virtual void process_logits(std::span<float> logits, const SequenceStats& s) {}
   // Every sampled token, EOS included (then `eos` is true and the sequence ends with "stop"
   // whatever is returned).
   virtual Verdict on_token(const SampleResult& r, bool eos, const SequenceStats& s) = 0;
   // The sequence ended: "stop", "length" or a caller's reason given to Scheduler::finish.
   virtual void on_finish(const std::string& reason, const SequenceStats& s) = 0;
-  // The sequence failed (its logits were not finite, or the step failed); it is removed.
+  // The sequence failed (its logits were not finite, its constraint or sampling threw, or the
+  // step failed); it is removed.
   virtual void on_error(const Error& e, const SequenceStats& s) = 0;
 };
 
@@ -81,8 +85,8 @@ class Scheduler {
   bool idle() const { return active_.empty(); }
   std::size_t active() const { return active_.size(); }
 
-  // One forward step over every active sequence. A failure of the step itself (a device fault)
-  // fails every active sequence and is rethrown.
+  // One forward step over every active sequence. A failure of the step itself (a device fault,
+  // out of memory) fails every active sequence and is rethrown as an Error.
   void step();
 
   std::int64_t context_limit() const { return opts_.context_limit; }

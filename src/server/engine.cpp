@@ -50,27 +50,49 @@ std::optional<EngineEvent> EventChannel::pop(std::chrono::milliseconds timeout) 
   return e;
 }
 
-struct Engine::Slot {
-  Slot(std::shared_ptr<EngineRequest> r, runtime::KvBlockPool& pool, const Tokenizer& tok)
-      : req(std::move(r)),
-        kv(pool),
-        sampler(req->sampling, 0),
-        detok(tok, true),
-        stop(req->stop) {}
+// One request in the scheduler: turns its tokens into text events (detokenizer, stop strings,
+// reasoning split, JSON mode) and its end into a done or error event.
+struct Engine::Slot final : runtime::SequenceObserver {
+  Slot(Engine& e, std::shared_ptr<EngineRequest> r, const Tokenizer& tok)
+      : eng(e), req(std::move(r)), detok(tok, true), stop(req->stop) {}
+  Engine& eng;
   std::shared_ptr<EngineRequest> req;
-  runtime::SequenceKv kv;
-  std::size_t prefilled = 0;
-  std::int64_t cached = 0;
-  std::vector<std::int32_t> history;
-  runtime::Sampler sampler;
+  runtime::Scheduler::Id id = 0;
   StreamingDecoder detok;
   runtime::StopMatcher stop;
   std::optional<ReasoningSplitter> split;
   std::optional<runtime::JsonPrefix> json;
-  std::int64_t generated = 0;
-  std::int32_t next_input = -1;  // sampled token to feed on the next step
   std::chrono::steady_clock::time_point last_token;
+  bool first = true;  // the next token is the first one (time to first token)
   bool done = false;
+
+  void on_admit(const runtime::SequenceStats& st) override {
+    eng.metrics_.prefix_cache_hit_tokens_total.add(static_cast<double>(st.cached_tokens));
+  }
+  void on_prefill(std::int64_t tokens, bool) override {
+    eng.metrics_.prompt_tokens_total.add(static_cast<double>(tokens));
+  }
+  void process_logits(std::span<float> logits, const runtime::SequenceStats& st) override {
+    if (req->debug_nan_logits && !logits.empty())
+      logits[0] = std::numeric_limits<float>::quiet_NaN();
+    if (json) eng.apply_json_mask(*this, logits, st);
+  }
+  runtime::Verdict on_token(const runtime::SampleResult& r, bool eos,
+                            const runtime::SequenceStats&) override {
+    return eng.on_token(*this, r, eos);
+  }
+  void on_finish(const std::string& reason, const runtime::SequenceStats& st) override {
+    eng.finish(*this, reason, st);
+  }
+  void on_error(const Error& e, const runtime::SequenceStats&) override {
+    // A per-request failure (non-finite logits, a constraint, sampling parameters) ends this
+    // request alone; a failed step reaches every request of it through here too.
+    LOG_WARN("request failed: " << e.what());
+    const int status = e.category() == ErrorCategory::kBadInput      ? 400
+                       : e.category() == ErrorCategory::kOutOfMemory ? 503
+                                                                     : 500;
+    eng.fail(*this, status, e.what());
+  }
 };
 
 Engine::Engine(models::Model& model, const runtime::ChatFormatter& fmt, EngineOptions opts,
@@ -144,7 +166,7 @@ bool Engine::submit(const std::shared_ptr<EngineRequest>& r) {
   return true;
 }
 
-void Engine::finish(Slot& s, const std::string& reason) {
+void Engine::finish(Slot& s, const std::string& reason, const runtime::SequenceStats& st) {
   if (s.done) return;
   s.done = true;
   // Release text held back by the detokenizer / stop matcher / reasoning splitter.
@@ -165,8 +187,8 @@ void Engine::finish(Slot& s, const std::string& reason) {
   done.kind = EngineEvent::Kind::kDone;
   done.finish_reason = reason;
   done.prompt_tokens = static_cast<std::int64_t>(s.req->prompt.size());
-  done.completion_tokens = s.generated;
-  done.cached_tokens = s.cached;
+  done.completion_tokens = st.generated;
+  done.cached_tokens = st.cached_tokens;
   s.req->events.push(std::move(done));
   auto now = std::chrono::steady_clock::now();
   metrics_.request_seconds.observe(std::chrono::duration<double>(now - s.req->submitted).count());
@@ -209,7 +231,16 @@ void Engine::cancel(const std::shared_ptr<EngineRequest>& r) {
 }
 
 void Engine::loop() {
+  runtime::SchedulerOptions so;
+  so.max_sequences = opts_.parallel;
+  so.context_limit = opts_.ctx_size;
+  so.prefill_chunk = opts_.prefill_chunk;
+  runtime::Scheduler sched(model_, *pool_, so);
   std::vector<std::unique_ptr<Slot>> slots;
+  auto drop_done = [&] {
+    slots.erase(std::remove_if(slots.begin(), slots.end(), [](const auto& s) { return s->done; }),
+                slots.end());
+  };
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -222,23 +253,32 @@ void Engine::loop() {
                    queue_.end());
       for (auto n = before - queue_.size(); n > 0; --n) metrics_.requests_cancelled_total.add();
       // Admit waiting requests into free slots (between steps: continuous batching).
-      while (static_cast<int>(slots.size()) < opts_.parallel && !queue_.empty()) {
+      while (sched.has_capacity() && !queue_.empty()) {
         auto r = queue_.front();
         queue_.pop_front();
         if (r->cancelled.load()) {
           metrics_.requests_cancelled_total.add();
           continue;
         }
-        auto s = std::make_unique<Slot>(r, *pool_, fmt_.tokenizer());
-        s->cached = s->kv.reuse_prefix(r->prompt);
-        s->prefilled = static_cast<std::size_t>(s->cached);
-        s->history = r->prompt;
+        auto s = std::make_unique<Slot>(*this, r, fmt_.tokenizer());
         if (r->json_object) s->json.emplace(true);
         if (r->split_reasoning) {
           const auto& mk = fmt_.reasoning_markers();
           s->split.emplace(mk.start, mk.end, r->starts_in_reasoning);
         }
-        metrics_.prefix_cache_hit_tokens_total.add(static_cast<double>(s->cached));
+        runtime::SequenceRequest q;
+        q.prompt = r->prompt;
+        q.sampling = r->sampling;
+        q.max_tokens = r->max_tokens;
+        q.eos_ids = opts_.eos_ids;
+        q.top_logprobs = std::max(0, r->top_logprobs);
+        q.cache_salt = r->cache_salt;
+        try {
+          s->id = sched.add(std::move(q), s.get());
+        } catch (const Error& e) {
+          fail(*s, e.category() == ErrorCategory::kBadInput ? 400 : 500, e.what());
+          continue;
+        }
         slots.push_back(std::move(s));
       }
       metrics_.queue_depth.set(static_cast<double>(queue_.size()));
@@ -246,26 +286,30 @@ void Engine::loop() {
     active_.store(static_cast<int>(slots.size()));
     metrics_.active_slots.set(static_cast<double>(slots.size()));
     if (slots.empty()) continue;
+    // Clients that left and deadlines that passed end their requests before the step.
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& s : slots) {
+      if (s->req->cancelled.load()) {
+        sched.finish(s->id, "cancelled");
+      } else if (now > s->req->deadline) {
+        fail(*s, 503, "the request timed out (--timeout)");
+        sched.finish(s->id, "timeout");
+      }
+    }
+    drop_done();
     try {
-      step(slots);
-    } catch (const std::bad_alloc&) {
-      LOG_ERROR("engine step failed: out of memory");
-      for (auto& s : slots)
-        fail(*s, 503, "out of memory while computing this step; retry with a shorter prompt");
+      sched.step();
     } catch (const Error& e) {
+      // The scheduler failed every request of the step. Only a device fault says the engine
+      // itself is broken; the next step starts clean otherwise.
       LOG_ERROR("engine step failed: " << e.what());
-      // Only a device fault says the engine itself is broken; anything else failed this step's
-      // requests (answered below) and the next step starts clean.
       if (e.category() == ErrorCategory::kDeviceFault) {
         std::lock_guard<std::mutex> lock(mu_);
         healthy_.store(false);
         unhealthy_reason_ = e.what();
       }
-      for (auto& s : slots)
-        fail(*s, e.category() == ErrorCategory::kOutOfMemory ? 503 : 500, e.what());
     }
-    slots.erase(std::remove_if(slots.begin(), slots.end(), [](const auto& s) { return s->done; }),
-                slots.end());
+    drop_done();
     if (opts_.debug_step_delay.count() > 0) std::this_thread::sleep_for(opts_.debug_step_delay);
     // Gauges before active_: a client that sees /health idle also sees idle metrics.
     metrics_.kv_blocks_used.set(static_cast<double>(pool_->used_blocks()));
@@ -275,11 +319,14 @@ void Engine::loop() {
   // Shutdown: every waiting or active request gets an error (a stream ends with an error event,
   // not a normal finish, so the client knows the answer is incomplete).
   for (auto& s : slots) {
-    if (s->req->cancelled.load())
-      finish(*s, "cancelled");
-    else
+    if (s->req->cancelled.load()) {
+      sched.finish(s->id, "cancelled");
+    } else {
       fail(*s, 503, "the server is shutting down; the answer is incomplete");
+      sched.finish(s->id, "shutdown");
+    }
   }
+  slots.clear();
   active_.store(0);
   metrics_.active_slots.set(0);
   std::lock_guard<std::mutex> lock(mu_);
@@ -293,123 +340,33 @@ void Engine::loop() {
   queue_.clear();
 }
 
-void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
-  const auto now = std::chrono::steady_clock::now();
-  std::vector<runtime::BatchItem> batch;
-  std::vector<Slot*> owners;
-  std::vector<std::int32_t> decode_inputs(slots.size());
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    Slot& s = *slots[i];
-    if (s.req->cancelled.load()) {
-      finish(s, "cancelled");
-      continue;
-    }
-    if (now > s.req->deadline) {
-      EngineEvent ev;
-      ev.kind = EngineEvent::Kind::kError;
-      ev.error_status = 503;
-      ev.error_message = "the request timed out (--timeout)";
-      s.req->events.push(std::move(ev));
-      s.done = true;
-      continue;
-    }
-    const auto& prompt = s.req->prompt;
-    if (s.prefilled < prompt.size()) {
-      std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(opts_.prefill_chunk), prompt.size() - s.prefilled);
-      batch.push_back({&s.kv, std::span<const std::int32_t>(prompt).subspan(s.prefilled, n), false});
-    } else {
-      decode_inputs[i] = s.next_input;
-      batch.push_back({&s.kv, std::span<const std::int32_t>(&decode_inputs[i], 1), false});
-    }
-    owners.push_back(&s);
+runtime::Verdict Engine::on_token(Slot& s, const runtime::SampleResult& r, bool eos) {
+  auto t = std::chrono::steady_clock::now();
+  if (s.first) metrics_.ttft_seconds.observe(std::chrono::duration<double>(t - s.req->submitted).count());
+  else metrics_.inter_token_seconds.observe(std::chrono::duration<double>(t - s.last_token).count());
+  s.first = false;
+  s.last_token = t;
+  if (eos) return runtime::Verdict::kStop;  // the scheduler ends it with "stop"
+  metrics_.generated_tokens_total.add();
+  auto m = s.stop.push(s.detok.push(r.token));
+  EngineEvent ev;
+  if (s.split) {
+    ReasoningDelta d = s.split->push(m.emit);
+    ev.content = std::move(d.content);
+    ev.reasoning = std::move(d.reasoning);
+  } else {
+    ev.content = std::move(m.emit);
   }
-  if (batch.empty()) return;
-  std::vector<std::vector<float>> logits;
-  runtime::forward_step(model_, batch, logits);
-
-  for (std::size_t b = 0; b < owners.size(); ++b) {
-    Slot& s = *owners[b];
-    const auto& prompt = s.req->prompt;
-    bool first = false;
-    if (s.prefilled < prompt.size()) {
-      s.prefilled += batch[b].tokens.size();
-      metrics_.prompt_tokens_total.add(static_cast<double>(batch[b].tokens.size()));
-      if (s.prefilled < prompt.size()) continue;  // more prompt chunks to go
-      first = true;
-    }
-    if (s.req->debug_nan_logits && !logits[b].empty())
-      logits[b][0] = std::numeric_limits<float>::quiet_NaN();
-    // A non-finite logit (NaN, +inf) poisons sampling for this request only: end it with a clear
-    // error and keep the rest of the batch going. (-inf is a masked token, which is fine.)
-    bool finite = true;
-    for (float x : logits[b])
-      if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) {
-        finite = false;
-        break;
-      }
-    if (!finite) {
-      LOG_WARN("request failed: the model produced non-finite logits");
-      fail(s, 500,
-           "the model produced non-finite logits (NaN or +inf) for this request; the checkpoint or "
-           "its "
-           "quantization may be damaged, or the numbers overflowed for this prompt");
-      continue;
-    }
-    runtime::SampleResult r;
-    try {
-      if (s.json) apply_json_mask(s, logits[b]);
-      const int ntop = std::max(0, s.req->top_logprobs);
-      r = s.sampler.sample(logits[b], s.history, ntop);
-    } catch (const Error& e) {
-      // A per-request problem (constraint, sampling parameters): this request fails alone.
-      LOG_WARN("request failed while sampling: " << e.what());
-      fail(s, e.category() == ErrorCategory::kBadInput ? 400 : 500,
-           std::string("sampling failed: ") + e.what());
-      continue;
-    }
-    auto t = std::chrono::steady_clock::now();
-    if (first) metrics_.ttft_seconds.observe(std::chrono::duration<double>(t - s.req->submitted).count());
-    else metrics_.inter_token_seconds.observe(std::chrono::duration<double>(t - s.last_token).count());
-    s.last_token = t;
-    const auto& eos = opts_.eos_ids;
-    if (std::find(eos.begin(), eos.end(), r.token) != eos.end()) {
-      finish(s, "stop");
-      continue;
-    }
-    s.generated++;
-    s.history.push_back(r.token);
-    metrics_.generated_tokens_total.add();
-    auto m = s.stop.push(s.detok.push(r.token));
-    EngineEvent ev;
-    if (s.split) {
-      ReasoningDelta d = s.split->push(m.emit);
-      ev.content = std::move(d.content);
-      ev.reasoning = std::move(d.reasoning);
-    } else {
-      ev.content = std::move(m.emit);
-    }
-    if (s.req->top_logprobs >= 0) ev.tokens.push_back({r.token, r.logprob, r.top});
-    if (!ev.content.empty() || !ev.reasoning.empty() || !ev.tokens.empty()) s.req->events.push(std::move(ev));
-    if (m.stopped) {
-      finish(s, "stop");
-      continue;
-    }
-    if (s.json) {
-      const auto& text = token_text();
-      const bool fed = static_cast<std::size_t>(r.token) < text.size() && s.json->feed(text[static_cast<std::size_t>(r.token)]);
-      if (!fed || s.json->complete()) {  // !fed: no allowed token was left (non-byte vocabulary)
-        finish(s, fed ? "stop" : "length");
-        continue;
-      }
-    }
-    const bool max_reached = s.req->max_tokens > 0 && s.generated >= s.req->max_tokens;
-    const bool ctx_full = s.kv.length() + 1 >= opts_.ctx_size;
-    if (max_reached || ctx_full) {
-      finish(s, "length");
-      continue;
-    }
-    s.next_input = r.token;
+  if (s.req->top_logprobs >= 0) ev.tokens.push_back({r.token, r.logprob, r.top});
+  if (!ev.content.empty() || !ev.reasoning.empty() || !ev.tokens.empty()) s.req->events.push(std::move(ev));
+  if (m.stopped) return runtime::Verdict::kStop;
+  if (s.json) {
+    const auto& text = token_text();
+    const bool fed = static_cast<std::size_t>(r.token) < text.size() && s.json->feed(text[static_cast<std::size_t>(r.token)]);
+    if (!fed) return runtime::Verdict::kLength;  // no allowed token was left (non-byte vocabulary)
+    if (s.json->complete()) return runtime::Verdict::kStop;
   }
+  return runtime::Verdict::kContinue;
 }
 
 const std::vector<std::string>& Engine::token_text() {
@@ -442,10 +399,10 @@ const std::vector<std::string>& Engine::token_text() {
   return token_text_;
 }
 
-void Engine::apply_json_mask(Slot& s, std::vector<float>& logits) {
+void Engine::apply_json_mask(Slot& s, std::span<float> logits, const runtime::SequenceStats& st) {
   const auto& text = token_text();
-  std::int64_t remaining = opts_.ctx_size - s.kv.length();
-  if (s.req->max_tokens > 0) remaining = std::min(remaining, s.req->max_tokens - s.generated);
+  std::int64_t remaining = opts_.ctx_size - st.kv_length;
+  if (s.req->max_tokens > 0) remaining = std::min(remaining, s.req->max_tokens - st.generated);
   const std::size_t n = std::min(logits.size(), text.size());
   runtime::json_token_mask(*s.json, std::span<const std::string>(text.data(), n), remaining, mask_);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();

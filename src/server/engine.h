@@ -23,6 +23,7 @@
 #include "runtime/chat.h"
 #include "runtime/json_constraint.h"
 #include "runtime/sampler.h"
+#include "runtime/scheduler.h"
 #include "server/metrics.h"
 
 namespace mlxcel::server {
@@ -73,6 +74,7 @@ struct EngineRequest {
   bool split_reasoning = false;
   bool starts_in_reasoning = false;
   bool json_object = false;      // response_format json_object: constrained to one JSON object
+  std::string cache_salt;        // prefix-cache isolation key: blocks are shared only within it
   bool debug_nan_logits =
       false;  // testing aid (--debug-nan-marker): this request's logits become NaN
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
@@ -125,11 +127,11 @@ class Engine {
  private:
   struct Slot;
   void loop();
-  void step(std::vector<std::unique_ptr<Slot>>& slots);
-  void finish(Slot& s, const std::string& reason);
+  runtime::Verdict on_token(Slot& s, const runtime::SampleResult& r, bool eos);
+  void finish(Slot& s, const std::string& reason, const runtime::SequenceStats& st);
   // Ends one request with an error event; the other slots of the step are untouched.
   void fail(Slot& s, int status, const std::string& message);
-  void apply_json_mask(Slot& s, std::vector<float>& logits);
+  void apply_json_mask(Slot& s, std::span<float> logits, const runtime::SequenceStats& st);
   const std::vector<std::string>& token_text();
 
   models::Model& model_;
