@@ -917,6 +917,7 @@ std::shared_ptr<EngineRequest> App::make_request(const GenerationRequest& g,
   r->stop = g.stop;
   r->top_logprobs = g.logprobs ? g.top_logprobs : -1;
   r->json_object = g.json_mode;
+  r->cache_salt = g.cache_salt;
   const std::int64_t n = static_cast<std::int64_t>(r->prompt.size());
   if (n == 0)
     throw ApiException{

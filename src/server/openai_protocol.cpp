@@ -88,6 +88,10 @@ std::optional<std::string> opt_string(const json& b, const char* key) {
 void parse_common(const json& b, GenerationRequest& r, const runtime::SamplingParams& defaults) {
   if (!b.is_object()) fail("the request body must be a JSON object", "");
   if (auto m = opt_string(b, "model")) r.model = *m;
+  if (auto c = opt_string(b, "cache_salt")) {
+    if (c->size() > 1024) fail("'cache_salt' may be at most 1024 bytes", "cache_salt");
+    r.cache_salt = *c;
+  }
   auto& s = r.sampling;
   s = defaults;
   if (auto v = opt_number(b, "temperature", 0.0, 2.0)) s.temperature = static_cast<float>(*v);

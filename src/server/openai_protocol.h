@@ -34,6 +34,7 @@ struct GenerationRequest {
   bool json_mode = false;             // response_format json_object / json_schema
   nlohmann::json template_kwargs = nlohmann::json::object();  // chat_template_kwargs
   bool echo = false;
+  std::string cache_salt;  // prefix-cache isolation key (vLLM's cache_salt); "" = shared cache
 };
 
 // The server's sampling defaults (`mlxcel-server --temp ...`) for fields a request leaves out;

@@ -243,3 +243,21 @@ def test_json_object_mode_parses(client, max_tokens, temperature, seed):
     free = client.chat.completions.create(**kw).choices[0].message.content
     with pytest.raises(ValueError):
         json.loads(free)
+
+
+def test_cache_salt_isolates_prefix_reuse(client):
+    # A tenant's cached prompt blocks are invisible to requests with another salt (or none): the
+    # cached-token count cannot reveal another tenant's prompt.
+    sys_msg = {"role": "system", "content": "Salted system prompt for isolation. " * 20}
+    msgs = [sys_msg, {"role": "user", "content": "Question one?"}]
+    client.chat.completions.create(model=MODEL_ID, messages=msgs, max_tokens=2, temperature=0,
+                                   extra_body={"cache_salt": "tenant-a"})
+    msgs2 = [sys_msg, {"role": "user", "content": "Question two?"}]
+    other = client.chat.completions.create(model=MODEL_ID, messages=msgs2, max_tokens=2, temperature=0,
+                                           extra_body={"cache_salt": "tenant-b"})
+    assert other.usage.prompt_tokens_details.cached_tokens == 0
+    unsalted = client.chat.completions.create(model=MODEL_ID, messages=msgs2, max_tokens=2, temperature=0)
+    assert unsalted.usage.prompt_tokens_details.cached_tokens == 0
+    same = client.chat.completions.create(model=MODEL_ID, messages=msgs2, max_tokens=2, temperature=0,
+                                          extra_body={"cache_salt": "tenant-a"})
+    assert same.usage.prompt_tokens_details.cached_tokens >= 64
