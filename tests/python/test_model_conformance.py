@@ -25,24 +25,11 @@ from model_conformance import check_fixture  # noqa: E402
 # make_fixtures writes those in float32 (<family>-f32).
 NAMES = fixture_names()
 
-# Realistic-shape fixtures the current engine does not yet reproduce bit for bit under
-# --numerics mlx (found when they were added; the C++ fix removes the entry, strict xfail makes
-# that necessary). All three point at the same op: with identical input, our rms_norm output
-# differs from mlx.fast.rms_norm's in the last bit, as if MLX's CPU kernel summed the squares in
-# another order than our sequential fp32 sum at widths 320 / 576 / 640 (hidden 64 never showed
-# it). Findings from scripts/layer_diff.py on the conformance token ids:
-RMS = "our rms_norm vs MLX CPU at a non-power-of-two width (reduction order of the sum of squares?)"
-XFAIL_MLX = {
-    "llama_h576-affine4": "w8: 1 disagreement (pos 567, margin 2.0: mlx-lm 27729, ours 9847), top-1 identical at "
-                          "27/64 positions; first differing tensor: step 2 (positions 520-527) layer 1 attn_norm, "
-                          "4/4608 elements one bf16 ulp off while layer 0's output h is identical; " + RMS,
-    "gemma3_h640-bf16": "top-1 logits identical at 61/64 (w8) and 97/100 (w256) positions, no decided "
-                        "disagreement; first differing tensor at w256: step 0 layer 1 attn_norm, 6/163840 "
-                        "elements one bf16 ulp off while layer 0's output h is identical; " + RMS,
-    "qwen3_moe_h320-f32": "top-1 identical at 12/48 (w1), 6/64 (w8), 10/100 (w256) positions, no decided "
-                          "disagreement; first differing tensor at w1: step 6 final_norm (311/320 elements off by "
-                          "~1 fp32 ulp) while the last layer's h is identical; " + RMS,
-}
+# Realistic-shape fixtures the engine did not reproduce bit for bit under --numerics mlx when they
+# were added: our rms_norm divided the sum of squares by n where mx.mean multiplies by 1/n (rounded
+# to fp32), which differs at widths that are not a power of two. Fixed in the CPU backend; a
+# fixture that fails again goes here with its finding (strict xfail makes the fix remove it).
+XFAIL_MLX = {}
 
 
 def with_marks(names, xfail):

@@ -196,14 +196,17 @@ void CpuBackend::rms_norm(const RmsNormArgs& a) {
     }
     return;
   }
-  // MLX's rms_norm: a sequential fp32 sum of squares, 1 / sqrt(mean + eps), and for half
+  // MLX's rms_norm: a sequential fp32 sum of squares, mean = sum * (1/n) with 1/n rounded to
+  // fp32 (mx.mean multiplies; at a width that is not a power of two, dividing by n rounds
+  // differently: 576-, 320-, 640-wide models showed it), 1 / sqrt(mean + eps), and for half
   // inputs y = round(round(x * r) * w).
   const DType t = a.round;
+  const float inv_n = static_cast<float>(1.0 / static_cast<double>(cols));
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = row(a.x, r);
     float ss = 0.0f;
     for (std::int64_t c = 0; c < cols; ++c) ss += xr[c] * xr[c];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(cols) + a.eps);
+    const float inv = 1.0f / std::sqrt(ss * inv_n + a.eps);
     float* yr = row(a.y, r);
     for (std::int64_t c = 0; c < cols; ++c) yr[c] = round_to(t, round_to(t, xr[c] * inv) * a.weight[c]);
   }
