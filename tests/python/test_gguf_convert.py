@@ -75,6 +75,8 @@ def write_gguf(path, arch="llama", qtype=T.Q4_0, types=None, pre="smollm", extra
         if arch == "qwen2":
             shapes |= {f"blk.{i}.attn_q.bias": (HEADS * hd,), f"blk.{i}.attn_k.bias": (KV * hd,),
                        f"blk.{i}.attn_v.bias": (KV * hd,)}
+        if arch == "qwen3":
+            shapes |= {f"blk.{i}.attn_q_norm.weight": (hd,), f"blk.{i}.attn_k_norm.weight": (hd,)}
     for name, shape in shapes.items():
         if name in skip:
             continue
@@ -190,18 +192,21 @@ def test_k_quants(tmp_path, qtype):
     assert r.returncode == 0 and "1 with rounded scales" in r.stderr, r.stderr
 
 
-def test_qwen2_with_biases_matches_mlx_lm(tmp_path):
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_qwen_matches_mlx_lm(tmp_path, arch):
+    """qwen2 (attention biases) and qwen3 (q/k norms): no q/k permutation, same tokens as mlx-lm."""
     import mlx.core as mx
     from mlx_lm.utils import load_model
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     from model_conformance import mlx_greedy
-    g = write_gguf(tmp_path / "q.gguf", arch="qwen2", qtype=T.Q8_0, pre="qwen2")
+    g = write_gguf(tmp_path / "q.gguf", arch=arch, qtype=T.Q8_0, pre="qwen2")
     out = tmp_path / "out"
     r = run("convert", "--from-gguf", g, out)
     assert r.returncode == 0, r.stderr
-    check_exact(g, out, arch="qwen2")
+    check_exact(g, out, arch=arch)
+    assert json.loads((out / "config.json").read_text())["model_type"] == arch
     mx.set_default_device(mx.cpu)
     model, _ = load_model(out)
     prompt = [5, 9, 12, 3, 30]
