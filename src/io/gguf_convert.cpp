@@ -361,7 +361,7 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
                                                  "rope.scaling.type) is not supported yet");
 
   TokenizerFiles tok = build_tokenizer(*f, ctx);
-  const std::int64_t vocab =
+  const std::int64_t n_tokens =
       static_cast<std::int64_t>(f->get_string_array("tokenizer.ggml.tokens").size());
 
   const TensorInfo* embd = f->find_tensor("token_embd.weight");
@@ -369,6 +369,13 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
   if (embd->dims.size() != 2 || static_cast<std::int64_t>(embd->dims[0]) != hidden)
     throw_error(ErrorCategory::kBadInput,
                 path + ": token_embd.weight is not [vocab, " + std::to_string(hidden) + "]");
+  // The embedding's rows are the model's vocabulary (llama.cpp keeps padded rows); a tokenizer
+  // with more tokens than rows could emit ids the model cannot embed.
+  const std::int64_t vocab = static_cast<std::int64_t>(embd->dims[1]);
+  if (n_tokens > vocab)
+    throw_error(ErrorCategory::kBadInput,
+                path + ": the vocabulary has " + std::to_string(n_tokens) +
+                    " tokens but token_embd.weight only " + std::to_string(vocab) + " rows");
   const bool tied = f->find_tensor("output.weight") == nullptr;
 
   ConvertReport rep;
@@ -546,7 +553,7 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       {"head_dim", head_dim},
       {"rms_norm_eps", metadata_number(*f, p + "attention.layer_norm_rms_epsilon", 1e-6)},
       {"rope_theta", metadata_number(*f, p + "rope.freq_base", 10000.0)},
-      {"vocab_size", vocab},
+      {"vocab_size", vocab},  // the embedding's rows: may be padded past the tokenizer's
       {"tie_word_embeddings", tied},
       {"torch_dtype", dtype_config_name(dt)},
       {"hidden_act", "silu"}};
