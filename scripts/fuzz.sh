@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in fuzz/ (clang-19, ASan + UBSan) into build/fuzz and runs each for
-# a bounded time from a generated seed corpus. Fails if a run finds a crash, leak, timeout or
+# a bounded time from a generated seed corpus: safetensors, config.json, the OpenAI request layer,
+# tokenizer.json loading and chat-template parse + render. Fails if a run finds a crash, leak, timeout or
 # sanitizer report.   FUZZ_SECONDS=60 (total, split between targets)   scripts/fuzz.sh [--build-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,12 +18,19 @@ core=(src/core/error.cpp src/core/log.cpp src/core/dtype.cpp src/core/device.cpp
 "$CXX" "${flags[@]}" fuzz/fuzz_model_config.cpp src/io/model_config.cpp src/quant/quant_params.cpp "${core[@]}" \
   -o "$out/fuzz_model_config"
 "$CXX" "${flags[@]}" fuzz/fuzz_gguf.cpp src/io/gguf.cpp src/io/gguf_tokenizer.cpp "${core[@]}" -o "$out/fuzz_gguf"
+tokenizer=(src/tokenizer/*.cpp src/tokenizer/jinja/*.cpp -DPCRE2_CODE_UNIT_WIDTH=8)
+"$CXX" "${flags[@]}" fuzz/fuzz_openai_request.cpp src/server/openai_protocol.cpp src/server/api_error.cpp \
+  src/runtime/sampler.cpp "${core[@]}" -o "$out/fuzz_openai_request"
+"$CXX" "${flags[@]}" fuzz/fuzz_tokenizer_json.cpp "${tokenizer[@]}" "${core[@]}" -lpcre2-8 -lutf8proc \
+  -o "$out/fuzz_tokenizer_json"
+"$CXX" "${flags[@]}" fuzz/fuzz_chat_template.cpp "${tokenizer[@]}" "${core[@]}" -lpcre2-8 -lutf8proc \
+  -o "$out/fuzz_chat_template"
 [ "${1:-}" = "--build-only" ] && exit 0
 
 # Seed corpora: valid files in the layouts MLX and the reference writer produce, and configs.
 seeds="$out/seeds"
 rm -rf "$seeds"
-mkdir -p "$seeds/safetensors" "$seeds/config" "$seeds/gguf"
+mkdir -p "$seeds/safetensors" "$seeds/config" "$seeds/gguf" "$seeds/request" "$seeds/tokenizer" "$seeds/template"
 python3 - "$seeds" <<'PY'
 import json, struct, sys, pathlib
 root = pathlib.Path(sys.argv[1])
@@ -74,6 +82,37 @@ infos = [gstr("blk.0.attn_q.weight") + struct.pack("<IQQIQ", 2, 32, 2, 2, 0),
 head = b"GGUF" + struct.pack("<IQQ", 3, len(infos), len(kvs)) + b"".join(kvs) + b"".join(infos)
 head += bytes((32 - len(head) % 32) % 32)
 (root / "gguf" / "tiny.gguf").write_bytes(head + bytes(range(36)) + bytes(28) + bytes(32))
+reqs = [{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0.5,
+         "stop": ["x"], "stream": True, "stream_options": {"include_usage": True}, "logit_bias": {"5": 1}},
+        {"messages": [{"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f",
+          "arguments": "{\"a\": [1]}"}}]}], "tools": [{"type": "function"}], "chat_template_kwargs": {"k": 1},
+         "response_format": {"type": "json_object"}, "logprobs": True, "top_logprobs": 2},
+        {"prompt": [1, 2, 3], "echo": True, "logprobs": 2, "seed": -1, "top_k": 5, "min_p": 0.1},
+        {"prompt": "text", "max_completion_tokens": 9223372036854775807, "presence_penalty": -2}]
+for i, r in enumerate(reqs):
+    (root / "request" / f"r{i}.json").write_text(json.dumps(r))
+toks = [{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
+         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False}, "decoder": {"type": "ByteLevel"},
+         "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]},
+         "added_tokens": [{"id": 3, "content": "<|im_start|>", "special": True}]},
+        {"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "he": 1, "##llo": 2}, "unk_token": "[UNK]"},
+         "pre_tokenizer": {"type": "Whitespace"}, "decoder": {"type": "WordPiece"}},
+        {"model": {"type": "Unigram", "vocab": [["<unk>", 0.0], ["\u2581a", -1.0], ["b", -2.0]], "unk_id": 0},
+         "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+         "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"},
+                                                       "content": " "}, {"type": "Fuse"}]}}]
+for i, t in enumerate(toks):
+    (root / "tokenizer" / f"t{i}.json").write_text(json.dumps(t))
+tpls = ["{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        "{{ bos_token }}{% set ns = namespace(n=0) %}{% for m in messages if m.role != 'system' %}"
+        "{% set ns.n = ns.n + 1 %}{{ m.content|trim|indent(2) }}{{ loop.index // 2 }}{% endfor %}{{ ns.n }}",
+        "{{ tools|tojson(indent=2) }}{{ messages[2].tool_calls[0].function.arguments|items|list }}"
+        "{{ 'a,b'.split(',')|join('-')|center(9) }}{{ (7 // -2, 7 % -3, 2 ** 10) }}",
+        "{% macro f(x, d=1) %}{{ x * d }}{% if d < 3 %}{{ f(x, d + 1) }}{% endif %}{% endmacro %}{{ f('ab') }}"
+        "{{ raise_exception('no') if false }}{{ messages|selectattr('role', 'equalto', 'user')|list|length }}"]
+for i, t in enumerate(tpls):
+    (root / "template" / f"t{i}.jinja").write_text(t)
 PY
 
 run() {
@@ -85,7 +124,11 @@ run() {
       -print_final_stats=1 "corpus_$target" "seeds/$seed_dir") 2>&1 | tail -n 12
   return "${PIPESTATUS[0]}"
 }
-run fuzz_safetensors $((total / 2)) safetensors
-run fuzz_model_config $((total / 4)) config
-run fuzz_gguf $((total - total / 2 - total / 4)) gguf
+share=$((total / 6))
+run fuzz_safetensors "$share" safetensors
+run fuzz_model_config "$share" config
+run fuzz_gguf "$share" gguf
+run fuzz_openai_request "$share" request
+run fuzz_tokenizer_json "$share" tokenizer
+run fuzz_chat_template $((total - 5 * share)) template
 echo "fuzz: no crashes"

@@ -10,6 +10,13 @@ the installed mlx_lm.models.<arch> classes, mlx_lm.utils.quantize_model (nn.quan
 model's own quant_predicate) and mlx_lm.utils.save_model / save_config. One extra fixture,
 llama-mixed, uses per-layer overrides (config.json "quantization" holds per-path entries).
 
+Those seven families are hidden 64 with power-of-two sizes everywhere, which hides rounding and
+blocking rules that only show at real widths. The "realistic" families (REALISTIC below) have the
+shapes of real checkpoints, cut to 2 layers and a small vocabulary, each in its own list of
+modes: llama_h576 (SmolLM2-135M: hidden 576, 9 query / 3 KV heads), gemma3_h640 (Gemma 3 270M:
+hidden 640, head_dim 256, 1 KV head, sliding window) and qwen3_moe_h320 (5 query / 1 KV heads,
+12 experts, top 3).
+
 Weights are deterministic (seed per family) and scaled so that logits have a standard deviation
 near 15: top-1 vs top-2 margins >= 2.0 then occur at a good share of positions (printed as
 "decided" for a random token sequence), which the model-level gate needs.
@@ -46,7 +53,7 @@ MODES = {
     "mxfp8": dict(mode="mxfp8", group_size=32, bits=8),
 }
 
-H = 64  # hidden size of every fixture
+H = 64  # hidden size of every fixture of family_configs()
 
 
 def family_configs():
@@ -81,11 +88,56 @@ def family_configs():
     }
 
 
+def realistic_configs():
+    """Real checkpoints' shapes (non-power-of-two widths, odd head counts), 2 layers each:
+    name -> (tokenizer, seed, config, modes). The vocabularies are the small fixture tokenizers
+    (MLX's CPU LM head is slow at 150k+ rows and the traces would dominate CI time). The modes
+    listed are the ones CI checks: MLX's CPU quantized matmul in bf16 (the reference) is slow at
+    these widths, a quantized realistic fixture costs several times an unquantized one. The
+    others are written on request, e.g. `--families gemma3_h640,qwen3_moe_h320 --modes affine4`
+    or `--families llama_h576 --modes affine8,mxfp4`."""
+    return {
+        # SmolLM2-135M: hidden 576, intermediate 1536, 9 query heads / 3 KV heads of 64, tied head.
+        "llama_h576": ("mistral", 111, dict(model_type="llama", hidden_size=576, intermediate_size=1536,
+                                            num_hidden_layers=2, num_attention_heads=9, num_key_value_heads=3,
+                                            head_dim=64, rms_norm_eps=1e-5, rope_theta=100000.0,
+                                            tie_word_embeddings=True, max_position_embeddings=8192),
+                       ["bf16", "affine4"]),
+        # Gemma 3 270M: hidden 640, intermediate 2048, 4 query heads / 1 KV head of 256; a sliding
+        # layer (window 24, not a power of two, so that w1 crosses it) and a global one.
+        "gemma3_h640": ("phi3", 112, dict(model_type="gemma3_text", hidden_size=640, intermediate_size=2048,
+                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                                          head_dim=256, query_pre_attn_scalar=256, rms_norm_eps=1e-6,
+                                          rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                                          sliding_window=24, sliding_window_pattern=2,
+                                          max_position_embeddings=32768),
+                        ["bf16"]),
+        # Qwen3-MoE with odd counts: 5 query heads / 1 KV head of 64 on hidden 320, 12 experts of
+        # 192, top 3. Mistral's vocabulary instead of Qwen's 151k (see the docstring).
+        "qwen3_moe_h320": ("mistral", 113, dict(model_type="qwen3_moe", hidden_size=320, intermediate_size=960,
+                                                num_hidden_layers=2, num_attention_heads=5, num_key_value_heads=1,
+                                                head_dim=64, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                                tie_word_embeddings=False, max_position_embeddings=4096,
+                                                num_experts=12, num_experts_per_tok=3, decoder_sparse_step=1,
+                                                mlp_only_layers=[], moe_intermediate_size=192, norm_topk_prob=True),
+                           ["bf16"]),
+    }
+
+
+def fixture_names():
+    """Every fixture main() writes by default, by folder name."""
+    names = [f"{f}-{m}" for f in family_configs() for m in MODES] + ["llama-mixed"]
+    names += [f"{f}-{m}" for f, (_, _, _, modes) in realistic_configs().items() for m in modes]
+    # The unquantized MoE fixtures are float32 (see write_fixture).
+    return [n.replace("_moe-bf16", "_moe-f32").replace("_moe_h320-bf16", "_moe_h320-f32") for n in names]
+
+
 def build_model(config, seed, dtype):
     model_cls, args_cls = _get_classes(config)
     model = model_cls(args_cls.from_dict(config))
     mx.random.seed(seed)
     tied = not any(k.startswith("lm_head") for k, _ in tree_flatten(model.parameters()))
+    H = config["hidden_size"]
     # Logit std ~ 15: tied tables (and lm_head) get std 15/sqrt(H); the normed hidden state has
     # entries of size ~1. Other matrices keep mlx's init, scaled x2 so the layers matter next to
     # the embedding.
@@ -166,24 +218,26 @@ def write_fixture(out, family, mode, tok_key, seed, config, predicate=None, mode
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("outdir")
-    ap.add_argument("--families", default=",".join(family_configs()))
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--families", default=",".join(list(family_configs()) + list(realistic_configs())))
+    ap.add_argument("--modes", help="modes for every family (default: all for the small families, "
+                    "each realistic family's own list)")
     ap.add_argument("--no-mixed", action="store_true")
     args = ap.parse_args(argv)
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
     mx.set_default_device(mx.cpu)
-    fams = family_configs()
+    fams = {k: (*v, list(MODES)) for k, v in family_configs().items()}
+    fams.update(realistic_configs())
     for fam in args.families.split(","):
         if fam not in fams:
             sys.exit(f"make_fixtures: unknown family {fam} (known: {', '.join(fams)})")
-        tok, seed, cfg = fams[fam]
-        for mode in args.modes.split(","):
+        tok, seed, cfg, modes = fams[fam]
+        for mode in (args.modes.split(",") if args.modes else modes):
             if mode not in MODES:
                 sys.exit(f"make_fixtures: unknown mode {mode} (known: {', '.join(MODES)})")
             write_fixture(out, fam, mode, tok, seed, cfg, mode_params=MODES[mode])
     if not args.no_mixed and "llama" in args.families.split(","):
-        tok, seed, cfg = fams["llama"]
+        tok, seed, cfg, _ = fams["llama"]
         write_fixture(out, "llama", "mixed", tok, seed, cfg, predicate=mixed_predicate,
                       mode_params=dict(mode="affine", group_size=64, bits=4))
 

@@ -26,6 +26,9 @@ using nlohmann::json;
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr int kMaxJsonDepth = 8;
 constexpr std::size_t kMaxRank = 32;
+// Tensors in one file: real shards hold hundreds to a few thousand; the largest checkpoints have
+// under 100k tensors in all. The cap bounds parse time and memory for a hostile header.
+constexpr std::size_t kMaxEntries = 262'144;
 
 struct SafetensorsFile::Mapping {
   void* addr = nullptr;
@@ -89,27 +92,70 @@ bool valid_utf8(const std::uint8_t* s, std::size_t n, std::size_t* bad_at) {
 struct JsonAbort : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+struct JsonSyntax : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
-// Parses with a callback that rejects duplicate keys in any object and bounds the nesting depth.
+// A SAX handler over nlohmann's DOM builder that rejects duplicate keys in any object, bounds the
+// nesting depth and the number of tensors. (nlohmann's callback parser would do the same checks,
+// but its end_object scans the parent container, which makes a header of n tensors O(n^2).)
+class StrictSax {
+ public:
+  explicit StrictSax(json& out) : dom_(out, /*allow_exceptions=*/false) {}
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const json::string_t& s) {
+    return dom_.number_float(v, s);
+  }
+  bool string(json::string_t& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool key(json::string_t& k) {
+    if (!keys_.empty() && !keys_.back().insert(k).second)
+      throw JsonAbort("duplicate key \"" + k + "\"");
+    if (keys_.size() == 1 && k != "__metadata__" && ++tensors_ > kMaxEntries)
+      throw JsonAbort("more than " + std::to_string(kMaxEntries) + " tensors in one file");
+    return dom_.key(k);
+  }
+  bool start_object(std::size_t n) {
+    deeper();
+    keys_.emplace_back();
+    return dom_.start_object(n);
+  }
+  bool end_object() {
+    keys_.pop_back();
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    deeper();
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
+    throw JsonSyntax(ex.what());
+  }
+
+ private:
+  void deeper() {
+    if (++depth_ > kMaxJsonDepth)
+      throw JsonAbort("JSON nesting deeper than " + std::to_string(kMaxJsonDepth));
+  }
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  std::vector<std::set<std::string>> keys_;
+  std::size_t tensors_ = 0;
+  int depth_ = 0;
+};
+
 json parse_strict_json(const char* begin, const char* end) {
-  std::vector<std::set<std::string>> keys;
-  json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
-    if (depth > kMaxJsonDepth) throw JsonAbort("JSON nesting deeper than " + std::to_string(kMaxJsonDepth));
-    switch (ev) {
-      case json::parse_event_t::object_start: keys.emplace_back(); break;
-      case json::parse_event_t::object_end:
-        if (!keys.empty()) keys.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        const std::string k = parsed.get<std::string>();
-        if (!keys.empty() && !keys.back().insert(k).second) throw JsonAbort("duplicate key \"" + k + "\"");
-        break;
-      }
-      default: break;
-    }
-    return true;
-  };
-  return json::parse(begin, end, cb, /*allow_exceptions=*/true);
+  json j;
+  StrictSax sax(j);
+  json::sax_parse(begin, end, &sax);
+  return j;
 }
 
 bool known_unsupported_dtype(const std::string& s) {
@@ -130,14 +176,23 @@ std::uint64_t get_u64(const json& v, const std::string& file, const std::string&
 }  // namespace
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Look before opening: open() on a FIFO blocks until a writer appears, and a device could be
+  // endless. O_NONBLOCK covers a swap between the stat and the open.
+  struct stat pre {};
+  if (::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode))
+    bad(path,
+        "not a regular file (a FIFO, device or directory); a shard must be a plain .safetensors "
+        "file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw_error(ErrorCategory::kBadInput, path + ": cannot open (" + std::strerror(errno) + ")");
   }
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    bad(path, "not a regular file");
+    bad(path,
+        "not a regular file (a FIFO, device or directory); a shard must be a plain .safetensors "
+        "file");
   }
   auto f = std::shared_ptr<SafetensorsFile>(new SafetensorsFile());
   f->path_ = path;
@@ -199,6 +254,8 @@ void SafetensorsFile::parse() {
     j = parse_strict_json(reinterpret_cast<const char*>(h), reinterpret_cast<const char*>(h + n));
   } catch (const JsonAbort& e) {
     bad(file, std::string("invalid header: ") + e.what());
+  } catch (const JsonSyntax& e) {
+    bad(file, std::string("header is not valid JSON: ") + e.what());
   } catch (const json::exception& e) {
     bad(file, std::string("header is not valid JSON: ") + e.what());
   }
@@ -327,6 +384,9 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   std::map<std::string, std::string> index_map;
   const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
   if (fs::exists(index_path)) {
+    if (!fs::is_regular_file(index_path))
+      throw_error(ErrorCategory::kBadInput,
+                  index_path.string() + ": not a regular file (a FIFO or device?)");
     std::ifstream in(index_path);
     json j;
     try {

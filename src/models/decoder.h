@@ -1,7 +1,7 @@
 #pragma once
 // The shared decoder-only transformer that every supported family is built from. A family file
 // (llama.cpp, qwen3.cpp, ...) chooses a DecoderStyle and loads its tensors into DecoderLayers;
-// the forward pass here is the same for all of them.
+// the forward pass here is the same for all of them and is written in ops only.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -14,88 +14,74 @@
 
 namespace mlxcel::models {
 
-enum class Activation : std::uint8_t { kSilu = 0, kGeluApprox = 1 };
-
 struct DecoderStyle {
   bool norm_plus_one = false;   // gemma: RMSNorm weight is (1 + w)
   bool embed_scale = false;     // gemma: embeddings times sqrt(hidden) rounded to bf16
   bool sandwich_norms = false;  // gemma: post-attention / pre- and post-feed-forward norms
   bool qk_norm = false;         // qwen3, gemma3: RMSNorm of q and k per head
-  Activation activation = Activation::kSilu;
+  ops::Activation activation = ops::Activation::kSilu;
   float attn_scale = 0.0f;      // 0 -> 1/sqrt(head_dim)
 };
 
-struct Norm {
-  std::vector<float> weight;
-  float eps = 1e-5f;
-  // With act == BF16/F16, rounds as mx.fast.rms_norm does for half inputs:
-  // y = round(round(x * rsqrt(mean(x^2) + eps)) * w).
-  DType act = DType::kF32;
-  void apply(const float* x, std::int64_t rows, std::int64_t cols, float* y,
-             Numerics numerics = Numerics::kFast) const;
-};
-
 struct Moe {
-  Linear router;  // [num_experts, hidden]
-  std::vector<Linear> gate, up, down;  // per expert
+  ops::LinearWeight router;        // [num_experts, hidden]
+  ops::LinearWeight gate, up, down;  // stacked experts
   int top_k = 0;
   bool norm_topk_prob = false;
+  std::int64_t num_experts = 0;
 };
 
 struct DecoderLayer {
-  Norm input_norm, post_attn_norm, pre_ff_norm, post_ff_norm;
-  // Attention: either q/k/v or one fused qkv (phi3: rows q, then k, then v).
-  Linear q, k, v, qkv, o;
-  Norm q_norm, k_norm;
-  cpu::RopePlan rope;
+  ops::NormWeight input_norm, post_attn_norm, pre_ff_norm, post_ff_norm;
+  // Attention: q/k/v, or one qkv (rows q, then k, then v) as phi3 ships it or as stacked at load
+  // when the three share a format.
+  ops::LinearWeight q, k, v, qkv, o;
+  ops::NormWeight q_norm, k_norm;
+  ops::Rope rope;
   std::int64_t window = 0;
-  // Feed-forward: dense (gate/up or fused gate_up: first half gate) or MoE.
-  Linear gate, up, gate_up, down;
+  // Feed-forward: dense (gate/up, or gate_up: first half gate) or MoE.
+  ops::LinearWeight gate, up, gate_up, down;
   std::optional<Moe> moe;
 };
 
 class Decoder final : public Model {
  public:
-  Decoder(ModelConfig config, DecoderStyle style);
-  void forward(std::span<BatchItem> batch, std::vector<std::vector<float>>& logits) override;
+  Decoder(ModelConfig config, DecoderStyle style, ops::Exec exec);
+  void forward(const ops::StepInputs& step, const ops::KvLayout& kv,
+               std::vector<std::vector<float>>& logits) override;
   std::size_t weight_bytes() const override;
   std::size_t decode_bytes_per_token() const override;
-  DType activation_dtype() const override { return act_dtype; }
+  const ops::Exec& exec() const { return exec_; }
+
+  // Stacks q/k/v into qkv and gate/up into gate_up where their formats match (one kernel, one
+  // pass over x); called once after loading.
+  void fuse_projections();
 
   DecoderStyle style;
-  Linear embed;
-  std::optional<Linear> lm_head;  // absent: tied (embed.as_linear)
+  ops::LinearWeight embed;
+  std::optional<ops::LinearWeight> lm_head;  // absent: tied (the embedding table)
   std::vector<DecoderLayer> layers;
-  Norm final_norm;
+  ops::NormWeight final_norm;
 
  private:
-  void attention(DecoderLayer& L, int layer, std::span<BatchItem> batch,
-                 const std::vector<std::int64_t>& pos, const std::vector<int>& item_of,
-                 const float* xn, std::int64_t T, float* out);
-  void feed_forward(const DecoderLayer& L, int layer, const float* xn, std::int64_t T, float* out);
-  // g = act(g) * u, rounded as the numerics mode says.
-  void gated_activation(Activation a, float* g, const float* u, std::int64_t n) const;
-  void emit(const char* name, int layer, const float* data, std::int64_t rows,
-            std::int64_t cols) const;
-  void moe_forward(const Moe& m, const float* xn, std::int64_t T, float* out);
+  // Activation buffers of one step, carved from the workspace.
+  struct Buffers {
+    ops::Act h, xn, tmp, q, k, v, qkv, att, g, u, gu, act, gates, picked, normed, logits;
+    std::int32_t* experts = nullptr;
+    float* expert_weights = nullptr;
+  };
+  void plan(std::int64_t T, std::int64_t R, Buffers& b);
+  void attention(DecoderLayer& L, int layer, const ops::KvLayout& kv, const ops::StepView& s,
+                 Buffers& b);
+  void feed_forward(const DecoderLayer& L, int layer, Buffers& b);
 
-  DType kv_dtype_ = DType::kF32;
-  // Per batch item of the current step: key positions in mlx-lm's rotating-cache order (mlx
-  // numerics, single-token steps of sliding-window models), else empty.
-  std::vector<std::vector<std::int64_t>> window_keys_;
-
- public:
-  // Activation dtype of the checkpoint (its embedding / scales dtype). For BF16/F16 the forward
-  // rounds activations where MLX materializes them in that dtype (each op's output), so greedy
-  // decoding follows mlx-lm's through near-ties too; math inside each op stays fp32.
-  DType act_dtype = DType::kF32;
-  void round_act(float* x, std::int64_t n) const;
+  ops::Workspace workspace_;
+  ops::StepBlock step_block_;
 };
 
 // Loaders shared by the family files.
-Norm load_norm(const WeightSource& w, const std::string& name, std::int64_t dim, float eps,
-               bool plus_one);
-Moe load_switch_moe(const WeightSource& w, const std::string& prefix, const ModelConfig& c);
+Moe load_switch_moe(const ops::Exec& e, const WeightSource& w, const std::string& prefix,
+                    const ModelConfig& c);
 // The usual names: model.embed_tokens, model.norm, lm_head (unless tied).
 void load_embeddings_and_head(Decoder& d, const WeightSource& w);
 

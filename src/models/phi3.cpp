@@ -5,8 +5,8 @@
 
 namespace mlxcel::models {
 
-std::unique_ptr<Model> build_phi3(const ModelConfig& c, const WeightSource& w) {
-  auto d = std::make_unique<Decoder>(c, DecoderStyle{});
+std::unique_ptr<Decoder> build_phi3(const ModelConfig& c, const WeightSource& w, const ops::Exec& e) {
+  auto d = std::make_unique<Decoder>(c, DecoderStyle{}, e);
   load_embeddings_and_head(*d, w);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const std::int64_t H = c.hidden_size, hd = c.head_dim;
@@ -14,13 +14,13 @@ std::unique_ptr<Model> build_phi3(const ModelConfig& c, const WeightSource& w) {
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     DecoderLayer L;
-    L.input_norm = load_norm(w, p + "input_layernorm.weight", H, eps, false);
-    L.post_attn_norm = load_norm(w, p + "post_attention_layernorm.weight", H, eps, false);
-    L.qkv = Linear::load(w, p + "self_attn.qkv_proj", H, op, false);
-    L.o = Linear::load(w, p + "self_attn.o_proj", c.num_attention_heads * hd, H, false);
-    L.rope = make_rope(c, static_cast<int>(hd * c.partial_rotary_factor), c.rope_theta, true);
-    L.gate_up = Linear::load(w, p + "mlp.gate_up_proj", H, 2 * c.intermediate_size, false);
-    L.down = Linear::load(w, p + "mlp.down_proj", c.intermediate_size, H, false);
+    L.input_norm = load_norm(e, w, p + "input_layernorm.weight", H, eps, false);
+    L.post_attn_norm = load_norm(e, w, p + "post_attention_layernorm.weight", H, eps, false);
+    L.qkv = load_linear(e, w, p + "self_attn.qkv_proj", H, op, false);
+    L.o = load_linear(e, w, p + "self_attn.o_proj", c.num_attention_heads * hd, H, false);
+    L.rope = make_rope(e, c, static_cast<int>(hd * c.partial_rotary_factor), c.rope_theta, true);
+    L.gate_up = load_linear(e, w, p + "mlp.gate_up_proj", H, 2 * c.intermediate_size, false);
+    L.down = load_linear(e, w, p + "mlp.down_proj", c.intermediate_size, H, false);
     d->layers.push_back(std::move(L));
   }
   return d;

@@ -3,10 +3,8 @@
 #include "models/families.h"
 
 namespace mlxcel::models {
-std::unique_ptr<Decoder> build_llama_like(const ModelConfig& c, const WeightSource& w,
-                                          DecoderStyle style, bool qkv_bias, bool o_bias);
 
-std::unique_ptr<Model> build_qwen2(const ModelConfig& c, const WeightSource& w) {
-  return build_llama_like(c, w, DecoderStyle{}, true, false);
+std::unique_ptr<Decoder> build_qwen2(const ModelConfig& c, const WeightSource& w, const ops::Exec& e) {
+  return build_llama_like(c, w, e, DecoderStyle{}, true, false);
 }
 }  // namespace mlxcel::models

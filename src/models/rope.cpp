@@ -1,14 +1,17 @@
 #include "models/rope.h"
 
+#include "ops/rope.h"
+
 namespace mlxcel::models {
 
-cpu::RopePlan make_rope(const ModelConfig& c, int dims, double base, bool use_scaling) {
+ops::Rope make_rope(const ops::Exec& e, const ModelConfig& c, int dims, double base,
+                    bool use_scaling) {
   const RopeScaling& s = c.rope_scaling;
   const std::string type = (!use_scaling || s.type.empty()) ? "default" : s.type;
   if (type == "default")
-    return cpu::make_rope_plan(dims, static_cast<float>(base), c.rope_traditional, nullptr,
-                               static_cast<float>(c.max_position_embeddings));
-  cpu::RopeScaling r;
+    return ops::make_rope(e.backend(), dims, static_cast<float>(base), c.rope_traditional, nullptr,
+                          static_cast<float>(c.max_position_embeddings));
+  ops::RopeScaling r;
   r.type = type;
   r.factor = static_cast<float>(s.factor);
   r.low_freq_factor = static_cast<float>(s.low_freq_factor);
@@ -25,8 +28,8 @@ cpu::RopePlan make_rope(const ModelConfig& c, int dims, double base, bool use_sc
   if (type == "su" || type == "longrope") orig = c.original_max_position_embeddings;
   if (orig <= 0) orig = type == "llama3" ? 8192 : 4096;
   r.original_max_position_embeddings = static_cast<float>(orig);
-  return cpu::make_rope_plan(dims, static_cast<float>(base), c.rope_traditional, &r,
-                             static_cast<float>(c.max_position_embeddings));
+  return ops::make_rope(e.backend(), dims, static_cast<float>(base), c.rope_traditional, &r,
+                        static_cast<float>(c.max_position_embeddings));
 }
 
 }  // namespace mlxcel::models

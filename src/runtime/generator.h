@@ -1,17 +1,18 @@
 #pragma once
-// Single-sequence generation: prefill in chunks, then decode one token per step, sampling with
-// mlx-lm's semantics, stopping on an EOS id, max_tokens, the context length, or when the
-// caller's callback says so (stop strings, a cancelled client). The server's scheduler drives
-// the same Model::forward with many sequences at once.
+// Single-sequence generation on the one scheduler (runtime/scheduler.h): prefill in chunks, then
+// decode one token per step, sampling with mlx-lm's semantics, stopping on an EOS id, max_tokens,
+// the context length, or when the caller's callback says so (stop strings, a cancelled client).
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "models/kv_cache.h"
 #include "models/model.h"
+#include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/scheduler.h"
+#include "runtime/step.h"
 
 namespace mlxcel::runtime {
 
@@ -37,7 +38,7 @@ struct GenerationResult {
 using TokenCallback = std::function<bool(const SampleResult& r, bool is_eos)>;
 
 // Throws bad_input if the prompt is empty or does not fit the model's context.
-GenerationResult generate(models::Model& model, models::KvBlockPool& pool,
+GenerationResult generate(models::Model& model, KvBlockPool& pool,
                           std::span<const std::int32_t> prompt, const GenerationConfig& cfg,
                           const TokenCallback& on_token, bool reuse_prefix = true);
 

@@ -59,14 +59,13 @@ bool parse_sampling_flag(const std::vector<std::string>& args, std::size_t& i, S
 }
 
 bool parse_load_flag(const std::vector<std::string>& args, std::size_t& i,
-                     models::LoadOptions& o) {
+                     LoadOptions& o) {
   const std::string& a = args[i];
   if (a != "--numerics") return false;
   if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, a + " needs a value (fast or mlx)");
   const std::string& v = args[++i];
-  if (v == "fast") o.numerics = models::Numerics::kFast;
-  else if (v == "mlx") o.numerics = models::Numerics::kMlx;
-  else throw_error(ErrorCategory::kBadInput, "--numerics must be fast or mlx, got '" + v + "'");
+  if (!backend::parse_numerics(v, &o.numerics))
+    throw_error(ErrorCategory::kBadInput, "--numerics must be fast or mlx, got '" + v + "'");
   return true;
 }
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "models/loader.h"
+#include "runtime/loader.h"
 #include "runtime/sampler.h"
 
 namespace mlxcel::runtime {
@@ -19,7 +19,7 @@ const char* sampling_flags_help();
 
 // Consumes a model-loading flag at args[i] (`--numerics fast|mlx`) like parse_sampling_flag.
 bool parse_load_flag(const std::vector<std::string>& args, std::size_t& i,
-                     models::LoadOptions& o);
+                     LoadOptions& o);
 const char* load_flags_help();
 
 // Typed value helpers with errors that name the flag.

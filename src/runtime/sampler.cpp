@@ -8,20 +8,12 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/philox.h"
 
 namespace mlxcel::runtime {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-std::uint64_t splitmix64(std::uint64_t& x) {
-  std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 std::span<const std::int32_t> tail(std::span<const std::int32_t> h, int n) {
   if (n <= 0) return {};
@@ -55,31 +47,14 @@ void SamplingParams::validate(std::int64_t vocab_size) const {
     if (id < 0 || id >= vocab_size)
       bad("logit_bias token id " + std::to_string(id) + " is outside the vocabulary (0.." +
           std::to_string(vocab_size - 1) + ")");
-    if (!std::isfinite(b) || std::fabs(b) > 100.0f)
-      bad("logit_bias values must be in [-100, 100]");
+    if (!std::isfinite(b) || std::fabs(b) > 100.0f) bad("logit_bias values must be in [-100, 100]");
   }
 }
 
-Sampler::Sampler(SamplingParams params, std::uint64_t default_seed) : params_(std::move(params)) {
-  std::uint64_t s = params_.seed.value_or(default_seed);
-  for (auto& w : state_) w = splitmix64(s);
-}
+Sampler::Sampler(SamplingParams params, std::uint64_t default_seed, std::uint64_t stream)
+    : params_(std::move(params)), seed_(params_.seed.value_or(default_seed)), stream_(stream) {}
 
-double Sampler::next_uniform() {
-  // xoshiro256** (Blackman & Vigna): small, fast, and reproducible across platforms.
-  const std::uint64_t result = rotl(state_[1] * 5, 7) * 9;
-  const std::uint64_t t = state_[1] << 17;
-  state_[2] ^= state_[0];
-  state_[3] ^= state_[1];
-  state_[1] ^= state_[2];
-  state_[0] ^= state_[3];
-  state_[2] ^= t;
-  state_[3] = rotl(state_[3], 45);
-  return static_cast<double>(result >> 11) * 0x1.0p-53;
-}
-
-SampleResult Sampler::sample(std::span<float> logits, std::span<const std::int32_t> history,
-                             int n_top) {
+void Sampler::log_softmax(std::span<float> logits, std::span<const std::int32_t> history) {
   const std::int64_t n = static_cast<std::int64_t>(logits.size());
   MLXCEL_CHECK(n > 0, ErrorCategory::kInternal, "sample: empty logits");
   const SamplingParams& p = params_;
@@ -121,30 +96,14 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const std::int32
   const float lse = mx + static_cast<float>(std::log(z));
   work_.resize(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) work_[i] = logits[i] - lse;
+}
 
-  SampleResult r;
-  if (n_top > 0) {
-    int k = static_cast<int>(std::min<std::int64_t>(n_top, n));
-    order_.resize(static_cast<std::size_t>(n));
-    std::iota(order_.begin(), order_.end(), 0);
-    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
-                      [&](std::int32_t a, std::int32_t b) {
-                        return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
-                      });
-    for (int i = 0; i < k; ++i) r.top.push_back({order_[i], work_[order_[i]]});
-  }
-
-  if (p.greedy()) {
-    std::int64_t best = 0;
-    for (std::int64_t i = 1; i < n; ++i)
-      if (work_[i] > work_[best]) best = i;
-    r.token = static_cast<std::int32_t>(best);
-    r.logprob = work_[best];
-    return r;
-  }
-
-  // 3. Filters on log-probabilities (a filtered copy; r.logprob stays unfiltered).
-  std::vector<float> lp(work_.begin(), work_.end());
+void Sampler::filter() {
+  const SamplingParams& p = params_;
+  const std::int64_t n = static_cast<std::int64_t>(work_.size());
+  filtered_.assign(work_.begin(), work_.end());
+  std::vector<float>& lp = filtered_;
+  // 3. Filters on log-probabilities (a filtered copy; a result's logprob stays unfiltered).
   if (p.top_p > 0.0f && p.top_p < 1.0f) {
     // Keep the smallest set of most likely tokens whose mass reaches top_p (mlx-lm apply_top_p:
     // drop a token when the mass strictly above it is already >= top_p).
@@ -200,7 +159,45 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const std::int32
       v = kNegInf;
     }
   }
+}
 
+std::span<const float> Sampler::processed_logprobs(std::span<float> logits,
+                                                   std::span<const std::int32_t> history) {
+  log_softmax(logits, history);
+  filter();
+  return filtered_;
+}
+
+SampleResult Sampler::sample(std::span<float> logits, std::span<const std::int32_t> history,
+                             int n_top, std::int64_t position) {
+  log_softmax(logits, history);
+  const std::int64_t n = static_cast<std::int64_t>(work_.size());
+  const SamplingParams& p = params_;
+
+  SampleResult r;
+  if (n_top > 0) {
+    int k = static_cast<int>(std::min<std::int64_t>(n_top, n));
+    order_.resize(static_cast<std::size_t>(n));
+    std::iota(order_.begin(), order_.end(), 0);
+    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
+                      [&](std::int32_t a, std::int32_t b) {
+                        return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
+                      });
+    for (int i = 0; i < k; ++i) r.top.push_back({order_[i], work_[order_[i]]});
+  }
+
+  if (p.greedy()) {
+    std::int64_t best = 0;
+    for (std::int64_t i = 1; i < n; ++i)
+      if (work_[i] > work_[best]) best = i;
+    r.token = static_cast<std::int32_t>(best);
+    r.logprob = work_[best];
+    return r;
+  }
+
+  filter();
+  const std::vector<float>& lp = filtered_;
+  if (position < 0) position = static_cast<std::int64_t>(history.size());
   // 4. Categorical draw at temperature: inverse CDF over exp(lp / T).
   const double inv_t = 1.0 / p.temperature;
   float best = kNegInf;
@@ -208,7 +205,7 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const std::int32
   double total = 0;
   for (float v : lp)
     if (v != kNegInf) total += std::exp((static_cast<double>(v) - best) * inv_t);
-  double u = next_uniform() * total;
+  double u = philox_uniform(seed_, stream_, static_cast<std::uint64_t>(position)) * total;
   std::int64_t chosen = -1;
   for (std::int64_t i = 0; i < n; ++i) {
     if (lp[i] == kNegInf) continue;

@@ -1,6 +1,7 @@
 #include "server/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "core/error.h"
@@ -13,11 +14,32 @@
 namespace mlxcel::server {
 
 void EventChannel::push(EngineEvent e) {
+  std::function<void()> fn;
   {
     std::lock_guard<std::mutex> lock(mu_);
     q_.push_back(std::move(e));
+    fn = notify_;
   }
   cv_.notify_one();
+  if (fn) fn();
+}
+
+std::optional<EngineEvent> EventChannel::try_pop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (q_.empty()) return std::nullopt;
+  EngineEvent e = std::move(q_.front());
+  q_.pop_front();
+  return e;
+}
+
+void EventChannel::set_notify(std::function<void()> fn) {
+  bool pending = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notify_ = fn;
+    pending = !q_.empty();
+  }
+  if (pending && fn) fn();
 }
 
 std::optional<EngineEvent> EventChannel::pop(std::chrono::milliseconds timeout) {
@@ -29,14 +51,14 @@ std::optional<EngineEvent> EventChannel::pop(std::chrono::milliseconds timeout) 
 }
 
 struct Engine::Slot {
-  Slot(std::shared_ptr<EngineRequest> r, models::KvBlockPool& pool, const Tokenizer& tok)
+  Slot(std::shared_ptr<EngineRequest> r, runtime::KvBlockPool& pool, const Tokenizer& tok)
       : req(std::move(r)),
         kv(pool),
         sampler(req->sampling, 0),
         detok(tok, true),
         stop(req->stop) {}
   std::shared_ptr<EngineRequest> req;
-  models::SequenceKv kv;
+  runtime::SequenceKv kv;
   std::size_t prefilled = 0;
   std::int64_t cached = 0;
   std::vector<std::int32_t> history;
@@ -55,7 +77,8 @@ Engine::Engine(models::Model& model, const runtime::ChatFormatter& fmt, EngineOp
                ServerMetrics& metrics)
     : model_(model), fmt_(fmt), opts_(std::move(opts)), metrics_(metrics) {
   const std::int64_t blocks = runtime::blocks_for(opts_.ctx_size, opts_.block_size, opts_.parallel);
-  pool_ = std::make_unique<models::KvBlockPool>(model_.kv_config(blocks, opts_.block_size));
+  pool_ = std::make_unique<runtime::KvBlockPool>(model_.kv_layout(blocks, opts_.block_size),
+                                                 &model_.backend());
   metrics_.kv_blocks_total.set(static_cast<double>(blocks));
   thread_ = std::thread([this] { loop(); });
 }
@@ -70,6 +93,14 @@ void Engine::stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+void Engine::request_stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
 }
 
 std::string Engine::unhealthy_reason() const {
@@ -97,6 +128,9 @@ bool Engine::submit(const std::shared_ptr<EngineRequest>& r) {
   r->submitted = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (draining_ || stopping_)
+      throw_error(ErrorCategory::kOutOfMemory,
+                  "the server is shutting down and takes no new requests");
     if (!healthy_.load())
       throw_error(ErrorCategory::kDeviceFault, "the engine is unhealthy: " + unhealthy_reason_);
     const std::size_t free_slots =
@@ -137,6 +171,35 @@ void Engine::finish(Slot& s, const std::string& reason) {
   auto now = std::chrono::steady_clock::now();
   metrics_.request_seconds.observe(std::chrono::duration<double>(now - s.req->submitted).count());
   if (reason == "cancelled") metrics_.requests_cancelled_total.add();
+}
+
+void Engine::fail(Slot& s, int status, const std::string& message) {
+  if (s.done) return;
+  s.done = true;
+  EngineEvent ev;
+  ev.kind = EngineEvent::Kind::kError;
+  ev.error_status = status;
+  ev.error_message = message;
+  s.req->events.push(std::move(ev));
+  metrics_.requests_failed_total.add();
+}
+
+void Engine::drain() {
+  std::deque<std::shared_ptr<EngineRequest>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    queued.swap(queue_);
+    metrics_.queue_depth.set(0);
+  }
+  for (auto& r : queued) {
+    EngineEvent ev;
+    ev.kind = EngineEvent::Kind::kError;
+    ev.error_status = 503;
+    ev.error_message = "the server is shutting down";
+    r->events.push(std::move(ev));
+  }
+  cv_.notify_all();
 }
 
 void Engine::cancel(const std::shared_ptr<EngineRequest>& r) {
@@ -185,22 +248,21 @@ void Engine::loop() {
     if (slots.empty()) continue;
     try {
       step(slots);
+    } catch (const std::bad_alloc&) {
+      LOG_ERROR("engine step failed: out of memory");
+      for (auto& s : slots)
+        fail(*s, 503, "out of memory while computing this step; retry with a shorter prompt");
     } catch (const Error& e) {
       LOG_ERROR("engine step failed: " << e.what());
-      if (e.category() == ErrorCategory::kDeviceFault || e.category() == ErrorCategory::kInternal) {
+      // Only a device fault says the engine itself is broken; anything else failed this step's
+      // requests (answered below) and the next step starts clean.
+      if (e.category() == ErrorCategory::kDeviceFault) {
         std::lock_guard<std::mutex> lock(mu_);
         healthy_.store(false);
         unhealthy_reason_ = e.what();
       }
-      for (auto& s : slots) {
-        EngineEvent ev;
-        ev.kind = EngineEvent::Kind::kError;
-        ev.error_status = e.category() == ErrorCategory::kOutOfMemory ? 503 : 500;
-        ev.error_message = e.what();
-        s->req->events.push(std::move(ev));
-        metrics_.requests_failed_total.add();
-        s->done = true;
-      }
+      for (auto& s : slots)
+        fail(*s, e.category() == ErrorCategory::kOutOfMemory ? 503 : 500, e.what());
     }
     slots.erase(std::remove_if(slots.begin(), slots.end(), [](const auto& s) { return s->done; }),
                 slots.end());
@@ -210,8 +272,16 @@ void Engine::loop() {
     metrics_.active_slots.set(static_cast<double>(slots.size()));
     active_.store(static_cast<int>(slots.size()));
   }
-  // Shutdown: tell every waiting or active request.
-  for (auto& s : slots) finish(*s, "cancelled");
+  // Shutdown: every waiting or active request gets an error (a stream ends with an error event,
+  // not a normal finish, so the client knows the answer is incomplete).
+  for (auto& s : slots) {
+    if (s->req->cancelled.load())
+      finish(*s, "cancelled");
+    else
+      fail(*s, 503, "the server is shutting down; the answer is incomplete");
+  }
+  active_.store(0);
+  metrics_.active_slots.set(0);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& r : queue_) {
     EngineEvent ev;
@@ -225,7 +295,7 @@ void Engine::loop() {
 
 void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
   const auto now = std::chrono::steady_clock::now();
-  std::vector<models::BatchItem> batch;
+  std::vector<runtime::BatchItem> batch;
   std::vector<Slot*> owners;
   std::vector<std::int32_t> decode_inputs(slots.size());
   for (std::size_t i = 0; i < slots.size(); ++i) {
@@ -255,7 +325,7 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
   }
   if (batch.empty()) return;
   std::vector<std::vector<float>> logits;
-  model_.forward(batch, logits);
+  runtime::forward_step(model_, batch, logits);
 
   for (std::size_t b = 0; b < owners.size(); ++b) {
     Slot& s = *owners[b];
@@ -267,9 +337,36 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& slots) {
       if (s.prefilled < prompt.size()) continue;  // more prompt chunks to go
       first = true;
     }
-    if (s.json) apply_json_mask(s, logits[b]);
-    const int ntop = std::max(0, s.req->top_logprobs);
-    runtime::SampleResult r = s.sampler.sample(logits[b], s.history, ntop);
+    if (s.req->debug_nan_logits && !logits[b].empty())
+      logits[b][0] = std::numeric_limits<float>::quiet_NaN();
+    // A non-finite logit (NaN, +inf) poisons sampling for this request only: end it with a clear
+    // error and keep the rest of the batch going. (-inf is a masked token, which is fine.)
+    bool finite = true;
+    for (float x : logits[b])
+      if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) {
+        finite = false;
+        break;
+      }
+    if (!finite) {
+      LOG_WARN("request failed: the model produced non-finite logits");
+      fail(s, 500,
+           "the model produced non-finite logits (NaN or +inf) for this request; the checkpoint or "
+           "its "
+           "quantization may be damaged, or the numbers overflowed for this prompt");
+      continue;
+    }
+    runtime::SampleResult r;
+    try {
+      if (s.json) apply_json_mask(s, logits[b]);
+      const int ntop = std::max(0, s.req->top_logprobs);
+      r = s.sampler.sample(logits[b], s.history, ntop);
+    } catch (const Error& e) {
+      // A per-request problem (constraint, sampling parameters): this request fails alone.
+      LOG_WARN("request failed while sampling: " << e.what());
+      fail(s, e.category() == ErrorCategory::kBadInput ? 400 : 500,
+           std::string("sampling failed: ") + e.what());
+      continue;
+    }
     auto t = std::chrono::steady_clock::now();
     if (first) metrics_.ttft_seconds.observe(std::chrono::duration<double>(t - s.req->submitted).count());
     else metrics_.inter_token_seconds.observe(std::chrono::duration<double>(t - s.last_token).count());

@@ -5,10 +5,11 @@
 // slot — a chunk of prompt for slots still prefilling (chunked prefill, interleaved with decode)
 // and one token for each decoding slot. Prompt prefixes already in the KV cache are reused.
 #include <atomic>
-#include <condition_variable>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -16,7 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "models/kv_cache.h"
+#include "runtime/kv_cache.h"
+#include "runtime/step.h"
 #include "models/model.h"
 #include "runtime/chat.h"
 #include "runtime/json_constraint.h"
@@ -42,17 +44,24 @@ struct EngineEvent {
   std::string error_message;
 };
 
-// Thread-safe event queue between the engine thread and one HTTP worker.
+// Thread-safe event queue between the engine thread and one HTTP connection.
 class EventChannel {
  public:
   void push(EngineEvent e);
   // Waits up to `timeout`; returns nullopt on timeout.
   std::optional<EngineEvent> pop(std::chrono::milliseconds timeout);
+  // Returns an event if one is waiting, without blocking.
+  std::optional<EngineEvent> try_pop();
+  // Called (on the pushing thread, without the lock held) after every push; the HTTP layer
+  // uses it to wake the connection instead of parking a thread on pop(). An event already
+  // waiting when the callback is set triggers it once at once.
+  void set_notify(std::function<void()> fn);
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<EngineEvent> q_;
+  std::function<void()> notify_;
 };
 
 struct EngineRequest {
@@ -64,6 +73,8 @@ struct EngineRequest {
   bool split_reasoning = false;
   bool starts_in_reasoning = false;
   bool json_object = false;      // response_format json_object: constrained to one JSON object
+  bool debug_nan_logits =
+      false;  // testing aid (--debug-nan-marker): this request's logits become NaN
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 
   std::atomic<bool> cancelled{false};
@@ -95,6 +106,11 @@ class Engine {
   // Throws bad_input when the prompt cannot fit a slot's context.
   bool submit(const std::shared_ptr<EngineRequest>& r);
   void stop();
+  // stop() without waiting: the engine thread ends the running requests (503) and exits.
+  void request_stop();
+  // Graceful shutdown, first half: refuse new requests (submit throws unavailable) and answer
+  // every queued one with 503; running requests continue until they finish or stop() ends them.
+  void drain();
   // Marks `r` cancelled (its client left) and wakes the engine, which drops it from the queue or
   // frees its slot before the next step.
   void cancel(const std::shared_ptr<EngineRequest>& r);
@@ -104,13 +120,15 @@ class Engine {
   int active_slots() const { return active_.load(); }
   std::size_t queued() const;
   std::int64_t ctx_size() const { return opts_.ctx_size; }
-  const models::KvBlockPool& pool() const { return *pool_; }
+  const runtime::KvBlockPool& pool() const { return *pool_; }
 
  private:
   struct Slot;
   void loop();
   void step(std::vector<std::unique_ptr<Slot>>& slots);
   void finish(Slot& s, const std::string& reason);
+  // Ends one request with an error event; the other slots of the step are untouched.
+  void fail(Slot& s, int status, const std::string& message);
   void apply_json_mask(Slot& s, std::vector<float>& logits);
   const std::vector<std::string>& token_text();
 
@@ -118,12 +136,13 @@ class Engine {
   const runtime::ChatFormatter& fmt_;
   EngineOptions opts_;
   ServerMetrics& metrics_;
-  std::unique_ptr<models::KvBlockPool> pool_;
+  std::unique_ptr<runtime::KvBlockPool> pool_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<EngineRequest>> queue_;
   bool stopping_ = false;
+  bool draining_ = false;
   std::atomic<bool> healthy_{true};
   std::string unhealthy_reason_;
   std::atomic<int> active_{0};

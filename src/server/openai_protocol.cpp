@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tokenizer/bounded_json.h"
+
 namespace mlxcel::server {
 namespace {
 
@@ -47,7 +49,13 @@ std::optional<std::int64_t> opt_int(const json& b, const char* key, std::int64_t
     fail(std::string("'") + key + "' must be an integer, got " + type_name(*it), key);
   if (it->is_number_float()) {
     double d = it->get<double>();
-    if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
+    if (!std::isfinite(d) || d < static_cast<double>(lo) || d > static_cast<double>(hi))
+      fail(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
+               std::to_string(hi) + ", got " + it->dump(),
+           key);
+    // 2^63 is the first double outside int64 (double(INT64_MAX) rounds up to it), so compare
+    // against it rather than against `hi` converted to double.
+    if (!std::isfinite(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0)
       fail(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
                std::to_string(hi) + ", got " + it->dump(),
            key);
@@ -206,25 +214,24 @@ std::size_t invalid_utf8_at(const std::string& s) {
 
 }  // namespace
 
+std::optional<json> parse_json_bounded(const std::string& text, std::string* error) {
+  // Copying, dumping and converting a JSON value recurse once per level, so nesting is bounded
+  // while parsing (tokenizer/bounded_json.h: linear time, unlike nlohmann's callback parser).
+  return json_util::parse_bounded(text, kMaxRequestJsonDepth, error);
+}
+
 json parse_body(const std::string& body) {
   // JSON text exchanged between systems must be UTF-8 (RFC 8259 section 8.1); the parser does not
   // check string contents, and invalid bytes would otherwise surface later as a 500.
   if (std::size_t at = invalid_utf8_at(body); at != std::string::npos)
     throw ApiException{ApiError::bad_request("request body is not valid UTF-8 (invalid byte sequence at offset " +
                                              std::to_string(at) + ")")};
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) {
-    // Re-parse with exceptions for the position of the error.
-    try {
-      json again = json::parse(body);
-      (void)again;
-    } catch (const json::parse_error& e) {
-      throw ApiException{ApiError::bad_request(std::string("request body is not valid JSON: ") + e.what())};
-    }
-    throw ApiException{ApiError::bad_request("request body is not valid JSON")};
-  }
-  if (!j.is_object()) throw ApiException{ApiError::bad_request("the request body must be a JSON object")};
-  return j;
+  std::string error;
+  auto j = parse_json_bounded(body, &error);
+  if (!j) throw ApiException{ApiError::bad_request("request body is not valid JSON: " + error)};
+  if (!j->is_object())
+    throw ApiException{ApiError::bad_request("the request body must be a JSON object")};
+  return std::move(*j);
 }
 
 GenerationRequest parse_chat_request(const json& b, const runtime::SamplingParams& defaults) {
@@ -255,10 +262,10 @@ GenerationRequest parse_chat_request(const json& b, const runtime::SamplingParam
       if (!m["tool_calls"].is_array()) fail("'" + where + ".tool_calls' must be an array", where);
       // Templates expect arguments as objects; OpenAI sends them as JSON strings.
       for (auto& tc : out["tool_calls"]) {
-        if (tc.contains("function") && tc["function"].contains("arguments") &&
-            tc["function"]["arguments"].is_string()) {
-          json parsed = json::parse(tc["function"]["arguments"].get<std::string>(), nullptr, false);
-          if (!parsed.is_discarded()) tc["function"]["arguments"] = parsed;
+        if (tc.is_object() && tc.contains("function") && tc["function"].is_object() &&
+            tc["function"].contains("arguments") && tc["function"]["arguments"].is_string()) {
+          auto parsed = parse_json_bounded(tc["function"]["arguments"].get<std::string>());
+          if (parsed) tc["function"]["arguments"] = std::move(*parsed);
         }
       }
     }

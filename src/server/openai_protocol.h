@@ -47,8 +47,15 @@ GenerationRequest parse_chat_request(const nlohmann::json& body,
 GenerationRequest parse_completion_request(const nlohmann::json& body,
                                            const runtime::SamplingParams& defaults = openai_sampling_defaults());
 
-// Parses a request body; malformed JSON or a non-object is a 400 with the parser's position.
+// Deepest nesting of arrays and objects a request may use (tool schemas nest a dozen levels).
+inline constexpr int kMaxRequestJsonDepth = 128;
+
+// Parses a request body; malformed JSON, nesting beyond kMaxRequestJsonDepth, numbers outside
+// double's range or a non-object are a 400 with the parser's message.
 nlohmann::json parse_body(const std::string& body);
+// Parses JSON text with the same depth bound; nullopt (and the reason in `error`) on failure.
+std::optional<nlohmann::json> parse_json_bounded(const std::string& text,
+                                                 std::string* error = nullptr);
 
 struct Usage {
   std::int64_t prompt_tokens = 0;

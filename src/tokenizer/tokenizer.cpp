@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "tokenizer/bounded_json.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/tiktoken.h"
 #include "tokenizer/tokenizer_impl.h"
@@ -76,14 +77,20 @@ std::string TokenizerImpl::decode(const int32_t* ids, size_t n, bool skip_specia
 
 namespace {
 
+// tokenizer.json comes with a model download, so it is untrusted: the components built from it
+// (normalizer / pre-tokenizer / decoder Sequences) recurse once per level, and real files nest a
+// handful of levels. Deeper files are refused while parsing, before any recursive copy (the
+// message says "nests deeper than 64 levels").
+constexpr int kMaxJsonDepth = 64;
+
 nlohmann::json read_json(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw_error(ErrorCategory::kBadInput, "tokenizer: cannot open " + path);
-  try {
-    return nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw_error(ErrorCategory::kBadInput, "tokenizer: " + path + " is not valid JSON: " + e.what());
-  }
+  std::string error;
+  auto j = json_util::parse_bounded(f, kMaxJsonDepth, &error);
+  if (!j)
+    throw_error(ErrorCategory::kBadInput, "tokenizer: " + path + " is not valid JSON: " + error);
+  return std::move(*j);
 }
 
 std::string read_text(const std::string& path) {

@@ -2,6 +2,11 @@
 // kUnsupported) error that names the file and, where one is at fault, the tensor.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -223,4 +228,59 @@ TEST(SafetensorsCorrupt, RandomByteFlipsNeverCrash) {
     }
   }
   EXPECT_GT(accepted, 0);  // data-byte flips keep the file valid
+}
+
+namespace {
+std::string many_entries_header(std::size_t n) {
+  std::string h = "{";
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i) h += ',';
+    h += "\"t" + std::to_string(i) + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" +
+         std::to_string(i) + "," + std::to_string(i + 1) + "]}";
+  }
+  return h + "}";
+}
+}  // namespace
+
+// A header with 10^5 tensors parses in about linear time; past the entry cap it is refused before
+// any tensor is built.
+TEST(SafetensorsCorrupt, ManyEntriesAreLinearAndCapped) {
+  const auto time_of = [](std::size_t n) {
+    const auto f = make_file(many_entries_header(n), n);
+    double best = 1e9;  // the fastest of three: the machine may be busy
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto st = SafetensorsFile::from_bytes(f, "many.safetensors");
+      EXPECT_EQ(st->entries().size(), n);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  const double t25 = time_of(25'000);
+  const double t100 = time_of(100'000);
+  EXPECT_LT(t100, 2.0);
+  EXPECT_LT(t100, 8 * t25 + 0.05) << "25k entries: " << t25 << " s, 100k: " << t100 << " s";
+  EXPECT_NE(
+      rejected(make_file(many_entries_header(262'145), 262'145)).find("more than 262144 tensors"),
+      std::string::npos);
+}
+
+TEST(SafetensorsCorrupt, FifoIsRefusedWithoutBlocking) {
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/fifo_shard.safetensors";
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  try {
+    SafetensorsFile::open(path);
+    ADD_FAILURE() << "a FIFO was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
+  ::unlink(path.c_str());
+  try {
+    SafetensorsFile::open("/dev/zero");
+    ADD_FAILURE() << "a device was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
 }

@@ -29,8 +29,13 @@ def reference(server_model_dir):
 
 @pytest.fixture(scope="session")
 def all_fixtures(tmp_path_factory):
-    """Every fixture of scripts/make_fixtures.py, built once per session with mlx-lm."""
+    """Every fixture of scripts/make_fixtures.py, built once per session with mlx-lm; or, when
+    MLXCEL_FIXTURES_DIR names a folder, the fixtures make_fixtures.py already wrote there (to
+    run a few tests without rebuilding all fixtures)."""
+    import os
     import subprocess
+    if os.environ.get("MLXCEL_FIXTURES_DIR"):
+        return pathlib.Path(os.environ["MLXCEL_FIXTURES_DIR"])
     root = pathlib.Path(__file__).resolve().parents[2]
     out = tmp_path_factory.mktemp("fixtures")
     r = subprocess.run([sys.executable, str(root / "scripts" / "make_fixtures.py"), str(out)],

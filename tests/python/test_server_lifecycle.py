@@ -33,7 +33,7 @@ def open_request(srv, body):
     """Sends a request and returns the open socket without reading the answer."""
     s = socket.create_connection((srv.host, srv.port), timeout=30)
     data = json.dumps(body).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
               b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
     return s
 

@@ -2,11 +2,12 @@
 
 #include <cmath>
 #include <map>
-#include <random>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "core/error.h"
+#include "core/philox.h"
 #include "runtime/sampler.h"
 #include "runtime/stop_strings.h"
 
@@ -48,7 +49,7 @@ TEST(Sampler, SeedReproducesAndDiffersAcrossSeeds) {
     std::vector<int> out;
     for (int i = 0; i < 64; ++i) {
       auto l = random_logits(500, 100 + i, 1.0f);
-      out.push_back(s.sample(l, {}).token);
+      out.push_back(s.sample(l, {}, 0, i).token);
     }
     return out;
   };
@@ -66,7 +67,7 @@ TEST(Sampler, CategoricalMatchesDistribution) {
   const int trials = 30000;
   for (int i = 0; i < trials; ++i) {
     auto l = base;
-    counts[s.sample(l, {}).token]++;
+    counts[s.sample(l, {}, 0, i).token]++;
   }
   const double probs[3] = {0.5, 0.3, 0.2};
   for (int t = 0; t < 3; ++t) {
@@ -89,7 +90,7 @@ TEST(Sampler, TopKKeepsExactlyK) {
   std::set<int> seen;
   for (int i = 0; i < 3000; ++i) {
     auto l = l0;
-    int t = s.sample(l, {}).token;
+    int t = s.sample(l, {}, 0, i).token;
     ASSERT_TRUE(allowed.count(t)) << t;
     seen.insert(t);
   }
@@ -119,7 +120,7 @@ TEST(Sampler, TopPKeepsSmallestNucleus) {
   std::set<int> seen;
   for (int i = 0; i < 5000; ++i) {
     auto l = l0;
-    int t = s.sample(l, {}).token;
+    int t = s.sample(l, {}, 0, i).token;
     ASSERT_TRUE(nucleus.count(t)) << t;
     seen.insert(t);
   }
@@ -136,7 +137,7 @@ TEST(Sampler, MinPDropsTokensBelowScaledTop) {
   std::set<int> seen;
   for (int i = 0; i < 4000; ++i) {
     auto l = l0;
-    seen.insert(s.sample(l, {}).token);
+    seen.insert(s.sample(l, {}, 0, i).token);
   }
   EXPECT_EQ(seen, (std::set<int>{0, 1, 2}));
 }
@@ -235,4 +236,69 @@ TEST(StopMatcher, EarliestMatchWins) {
   EXPECT_TRUE(r.stopped);
   EXPECT_EQ(r.which, 1);
   EXPECT_EQ(r.emit, "hel");
+}
+
+namespace {
+// The token an inverse-CDF draw at uniform `u` picks from log-probabilities `lp` at temperature t.
+int inverse_cdf(const std::vector<float>& lp, double t, double u) {
+  double best = -INFINITY, total = 0;
+  for (float v : lp) best = std::max(best, static_cast<double>(v));
+  for (float v : lp) total += std::exp((v - best) / t);
+  u *= total;
+  for (std::size_t i = 0; i < lp.size(); ++i) {
+    u -= std::exp((lp[i] - best) / t);
+    if (u < 0) return static_cast<int>(i);
+  }
+  return static_cast<int>(lp.size()) - 1;
+}
+}  // namespace
+
+TEST(Sampler, DrawIsPhiloxAtSeedStreamPosition) {
+  auto l0 = random_logits(300, 11, 1.0f);
+  double z = 0;
+  for (float x : l0) z += std::exp(static_cast<double>(x));
+  std::vector<float> lp(l0.size());
+  for (std::size_t i = 0; i < l0.size(); ++i) lp[i] = static_cast<float>(l0[i] - std::log(z));
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.seed = 99;
+  Sampler s(p, 0, 5);
+  int differing = 0;
+  for (int pos = 0; pos < 200; ++pos) {
+    auto l = l0;
+    int t = s.sample(l, {}, 0, pos).token;
+    int expect = inverse_cdf(lp, 0.7, philox_uniform(99, 5, static_cast<std::uint64_t>(pos)));
+    // The sampler's fp32 log-softmax may move a draw that lands on a CDF boundary by one token.
+    differing += t != expect;
+  }
+  EXPECT_LE(differing, 1);
+}
+
+TEST(Sampler, DrawDependsOnPositionNotOnCallHistory) {
+  auto l0 = random_logits(400, 12, 1.0f);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.9f;
+  p.seed = 2024;
+  auto draw = [&](Sampler& s, int pos) {
+    auto l = l0;
+    return s.sample(l, {}, 0, pos).token;
+  };
+  Sampler forward(p), backward(p), fresh_each(p);
+  std::vector<int> a(64), b(64);
+  for (int pos = 0; pos < 64; ++pos) a[pos] = draw(forward, pos);
+  for (int pos = 63; pos >= 0; --pos) {
+    draw(backward, 1000 + pos);  // unrelated draws in between
+    b[pos] = draw(backward, pos);
+  }
+  EXPECT_EQ(a, b);
+  // The default position is the history length: the token after a 10-token prompt is position 10.
+  std::vector<std::int32_t> hist(10, 3);
+  auto l = l0;
+  EXPECT_EQ(fresh_each.sample(l, hist).token, a[10]);
+  // Another stream draws other numbers.
+  Sampler other_stream(p, 0, 1);
+  int same = 0;
+  for (int pos = 0; pos < 64; ++pos) same += draw(other_stream, pos) == a[pos];
+  EXPECT_LT(same, 48);
 }

@@ -150,3 +150,35 @@ TEST(OpenAiProtocol, ResponsesAndChunksHaveTheOpenAiShape) {
   auto ch = chat_response("c", 1, "m", "a", "", "stop", u, &lps);
   EXPECT_EQ(ch["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
 }
+
+TEST(OpenAiProtocol, HostileNestingAndNumbersAre400s) {
+  const std::string deep = std::string(28000, '[') + std::string(28000, ']');
+  EXPECT_NE(expect_400(R"({"messages": [{"role": "user", "content": "x", "extra": )" + deep + "}]}")
+                .message.find("deeper than 128"),
+            std::string::npos);
+  EXPECT_NE(expect_400(R"({"messages": [{"role": "user", "content": "x"}], "tools": )" + deep + "}")
+                .message.find("deeper"),
+            std::string::npos);
+  // Nesting up to the limit is fine.
+  const std::string ok = std::string(100, '[') + std::string(100, ']');
+  EXPECT_NO_THROW(parse_chat_request(
+      parse_body(R"({"messages": [{"role": "user", "content": "x"}], "tools": )" + ok + "}")));
+  // Tool-call arguments are JSON text inside a string: a deep one stays a string.
+  json args = json::parse(R"({"messages": [{"role": "assistant", "content": null, "tool_calls":
+      [{"id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]}]})");
+  args["messages"][0]["tool_calls"][0]["function"]["arguments"] = deep;
+  GenerationRequest g = parse_chat_request(args);
+  EXPECT_TRUE(g.messages[0]["tool_calls"][0]["function"]["arguments"].is_string());
+  EXPECT_EQ(
+      expect_400(
+          R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9223372036854775808.0})")
+          .param,
+      "max_tokens");
+  EXPECT_EQ(
+      expect_400(R"({"messages": [{"role": "user", "content": "x"}], "seed": -9.3e18})").param,
+      "seed");
+  EXPECT_NE(expect_400(R"({"messages": [{"role": "user", "content": "x"}], "temperature": 1e999})")
+                .message.find("number overflow"),
+            std::string::npos);
+  expect_400(R"({"messages": [{"role": "user", "content": "x"}], "top_k": 1e400})");
+}

@@ -105,3 +105,81 @@ TEST(Jinja, ReasoningAliasing) {
   EXPECT_EQ(render("{{ messages[0].reasoning_content }}|{{ messages[0].thinking }}|{{ messages[0]|tojson }}", ojson::object(), msgs),
             "r|r|{\"thinking\": \"r\", \"role\": \"assistant\", \"content\": \"a\", \"reasoning\": \"r\", \"reasoning_content\": \"r\"}");
 }
+
+// Hostile templates (they come with model downloads): every one ends with an Error, never a
+// crash, a wrapped integer or an allocation past the output cap.
+TEST(JinjaLimits, DeepNestingAndLongChainsAreRefusedAtParse) {
+  const auto parse_error = [](const std::string& src) {
+    try {
+      ChatTemplate::from_source(src, "<s>", "</s>");
+    } catch (const mlxcel::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 100000; ++i) chain += " + 1";
+  chain += " }}";
+  EXPECT_NE(parse_error(chain).find("nests deeper"), std::string::npos);
+  EXPECT_NE(parse_error("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}")
+                .find("nests deeper"),
+            std::string::npos);
+  EXPECT_NE(parse_error("{{ " + std::string(100000, '-') + "1 }}").find("nests deeper"),
+            std::string::npos);
+  EXPECT_NE(parse_error("{{ " + std::string(50000, '[') + std::string(50000, ']') + " }}")
+                .find("nests deeper"),
+            std::string::npos);
+  std::string blocks;
+  for (int i = 0; i < 20000; ++i) blocks += "{% if true %}";
+  EXPECT_NE(parse_error(blocks).find("nests deeper"), std::string::npos);
+  std::string filters = "{{ 'x'";
+  for (int i = 0; i < 100000; ++i) filters += "|trim";
+  EXPECT_NE(parse_error(filters + " }}").find("nests deeper"), std::string::npos);
+  std::string attrs = "{{ x";
+  for (int i = 0; i < 100000; ++i) attrs += ".a";
+  EXPECT_NE(parse_error(attrs + " }}").find("nests deeper"), std::string::npos);
+  // Real templates stay far below the limits.
+  std::string ok = "{{ 1";
+  for (int i = 0; i < 200; ++i) ok += " + 1";
+  EXPECT_EQ(render(ok + " }}"), "201");
+}
+
+TEST(JinjaLimits, IntegerEdgeCases) {
+  EXPECT_NE(error_of("{{ (-9223372036854775807 - 1) // -1 }}").find("integer overflow"),
+            std::string::npos);
+  EXPECT_EQ(render("{{ (-9223372036854775807 - 1) % -1 }} {{ 7 // -1 }} {{ -7 % -1 }}"), "0 -7 0");
+  EXPECT_NE(error_of("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ -9223372036854775807 - 2 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 4294967296 * 4294967296 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 2 ** 64 }}").find("integer overflow"), std::string::npos);
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ (-1) ** 1000000000000 }} {{ 0 ** 99999999999 }}"),
+            "4611686018427387904 1 0");
+  EXPECT_NE(error_of("{{ -(-9223372036854775807 - 1) }}").find("integer overflow"),
+            std::string::npos);
+}
+
+TEST(JinjaLimits, FiltersRespectTheOutputCap) {
+  EXPECT_NE(error_of("{{ 'a\nb'|indent(1000000000000) }}").find("exceeds"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'a'|center(1000000000000) }}").find("exceeds"), std::string::npos);
+  EXPECT_NE(error_of("{{ [1]|tojson(indent=1000000000000) }}").find("exceeds"), std::string::npos);
+  EXPECT_NE(error_of("{{ [[[[1]]]]|tojson(indent=5000000) }}").find("exceeds"), std::string::npos);
+  // Many lines times a wide indent: each alone is allowed, the product is not.
+  EXPECT_NE(error_of("{{ ('x\n' * 1000000)|indent(100) }}").find("exceeds"), std::string::npos);
+  EXPECT_NE(error_of("{{ ('x' * 1000000)|replace('', 'yyyyyyyyyyyyyyyyyyyy') }}").find("exceeds"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ [1] * 9223372036854775807 }}").find("too large"), std::string::npos);
+  EXPECT_EQ(render("{{ 'ab'|center(6) }}|{{ 'a\nb'|indent(2) }}|{{ [1]|tojson(indent=2) }}"),
+            "  ab  |a\n  b|[\n  1\n]");
+}
+
+TEST(JinjaLimits, DeepTemplateVariablesAreRefused) {
+  ojson deep = 1;
+  for (int i = 0; i < 1000; ++i) deep = ojson::array({deep});
+  EXPECT_NE(error_of("{{ x }}", ojson{{"x", deep}}).find("nests too deeply"), std::string::npos);
+  // Built inside the template: tojson stops at its depth limit instead of recursing on.
+  EXPECT_NE(error_of("{% set ns = namespace(v=1) %}{% for i in range(2000) %}{% set ns.v = [ns.v] "
+                     "%}{% endfor %}"
+                     "{{ ns.v|tojson }}")
+                .find("deeper"),
+            std::string::npos);
+}

@@ -10,7 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "models/loader.h"
+#include "runtime/loader.h"
 #include "runtime/sampler.h"
 
 namespace mlxcel::cli {
@@ -37,7 +37,7 @@ void add_model_option(CLI::App& app, ModelArg& m);
 // -t/--threads N: sets MLXCEL_THREADS for the CPU thread pool (before the model loads).
 // --numerics fast|mlx.
 struct LoadArgs {
-  models::LoadOptions load;
+  runtime::LoadOptions load;
   int threads = 0;
   void apply() const;
 };

@@ -19,7 +19,7 @@
 
 #include "core/build_info.h"
 #include "core/error.h"
-#include "models/loader.h"
+#include "runtime/loader.h"
 #include "runtime/generator.h"
 #include "runtime/options.h"
 #include "tools/cli/args.h"
@@ -93,7 +93,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   if (!parse_args(app, args)) return 0;
   const std::string model_dir = model_arg.resolve();
   load.apply();
-  auto lm = models::load_model(model_dir, load.load);
+  auto lm = runtime::load_model(model_dir, load.load);
   auto& model = *lm.model;
   const auto& cfg = model.config();
   const int threads = load.threads > 0
@@ -106,7 +106,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::vector<std::int32_t> prompt(static_cast<std::size_t>(pp));
   for (auto& t : prompt)
     t = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(cfg.vocab_size));
-  models::KvBlockPool pool(model.kv_config(runtime::blocks_for(pp + tg + 1, 32), 32));
+  runtime::KvBlockPool pool(model.kv_layout(runtime::blocks_for(pp + tg + 1, 32), 32), &model.backend());
   runtime::GenerationConfig gc;
   gc.max_tokens = tg;
   gc.ignore_eos = true;

@@ -37,6 +37,7 @@ struct Expr {
   std::vector<std::string> ops;  // compare operators
   CallArgs call;                 // kCall, kFilter, kTest arguments
   bool negated = false;          // kTest "is not"
+  int depth = 1;                 // height of this subtree (the parser caps it)
 };
 
 enum class StmtKind : std::uint8_t {

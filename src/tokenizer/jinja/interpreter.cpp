@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <limits>
 
 #include "core/error.h"
 #include "tokenizer/unicode.h"
@@ -101,8 +102,14 @@ std::vector<std::string> py_split(const std::string& s, const Value* sep, int64_
   return out;
 }
 
-std::string replace_str(const std::string& s, const std::string& a, const std::string& b, int64_t count) {
+std::string replace_str(const std::string& s, const std::string& a, const std::string& b,
+                        int64_t count, size_t cap) {
   std::string out;
+  auto check = [&]() {
+    if (out.size() > cap)
+      throw_error(ErrorCategory::kBadInput,
+                  "replace: the result exceeds " + std::to_string(cap) + " bytes");
+  };
   if (a.empty()) {
     // Python inserts b between every character (and at both ends).
     std::u32string u = tok::to_u32(s);
@@ -111,6 +118,7 @@ std::string replace_str(const std::string& s, const std::string& a, const std::s
       if (count < 0 || n < count) {
         out += b;
         ++n;
+        check();
       }
       tok::append_utf8(out, c);
     }
@@ -122,6 +130,7 @@ std::string replace_str(const std::string& s, const std::string& a, const std::s
   for (size_t p = s.find(a); p != std::string::npos && (count < 0 || n < count); p = s.find(a, last), ++n) {
     out.append(s, last, p - last);
     out += b;
+    check();
     last = p + a.size();
   }
   out.append(s, last, std::string::npos);
@@ -185,6 +194,18 @@ void Interpreter::check_size(size_t n, int line) const {
     fail(line, "value too large (" + std::to_string(n) + " items; limit " + std::to_string(limits_.max_items) + ")");
 }
 
+size_t Interpreter::width_arg(const Value& w, const char* what, int line) const {
+  if (!is_int_like(w))
+    fail(line, std::string(what) + ": the width must be an integer, got " + type_name(w));
+  const int64_t n = as_int(w);
+  if (n < 0) return 0;
+  if (static_cast<uint64_t>(n) > limits_.max_output_bytes)
+    fail(line, std::string(what) + ": width " + std::to_string(n) +
+                   " exceeds the output limit of " + std::to_string(limits_.max_output_bytes) +
+                   " bytes");
+  return static_cast<size_t>(n);
+}
+
 void Interpreter::step(int line) {
   if (++steps_ > limits_.max_steps)
     fail(line, "template exceeded " + std::to_string(limits_.max_steps) + " evaluation steps (endless loop?)");
@@ -221,6 +242,8 @@ std::string Interpreter::render(const Template& tpl, const std::vector<std::pair
   frames_.assign(1, {});
   base_ = 0;
   steps_ = 0;
+  nesting_ = 0;
+  depth_ = 0;
   std::string out;
   out_ = &out;
   exec_body(tpl.body);
@@ -273,6 +296,14 @@ std::vector<Value> Interpreter::iterate(const Value& v, int line) {
 }
 
 Interpreter::Flow Interpreter::exec(const Stmt& s) {
+  if (++nesting_ > limits_.max_nesting) {
+    --nesting_;
+    fail(s.line, "evaluation nests deeper than " + std::to_string(limits_.max_nesting) + " levels");
+  }
+  struct Unnest {
+    int& n;
+    ~Unnest() { --n; }
+  } unnest{nesting_};
   step(s.line);
   switch (s.kind) {
     case StmtKind::kData: write(s.text, s.line); return Flow::kNormal;
@@ -589,7 +620,8 @@ Value Interpreter::call_method(const Value& obj, const std::string& name, Args& 
     if (name == "replace") {
       const Value *x = arg(0, "old"), *y = arg(1, "new"), *c = arg(2, "count");
       if (!x || !y) fail(line, "replace() takes at least 2 arguments");
-      return Value::string(replace_str(s, to_str(*x), to_str(*y), c ? as_int(*c) : -1));
+      return Value::string(
+          replace_str(s, to_str(*x), to_str(*y), c ? as_int(*c) : -1, limits_.max_output_bytes));
     }
     if (name == "find" || name == "rfind" || name == "index" || name == "count") {
       const Value* x = arg(0, "sub");
@@ -617,6 +649,7 @@ Value Interpreter::call_method(const Value& obj, const std::string& name, Args& 
         if (!first) out += s;
         first = false;
         out += to_str(it);
+        if (out.size() > limits_.max_output_bytes) fail(line, "string too large");
       }
       return Value::string(out);
     }
@@ -774,7 +807,9 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b,
         for (int64_t k = 0; k < n; ++k) r += seq->s;
         return Value::string(r);
       }
-      check_size(static_cast<size_t>(seq->list->items.size() * n), line);
+      if (static_cast<double>(seq->list->items.size()) * static_cast<double>(n) >
+          static_cast<double>(limits_.max_items))
+        fail(line, "value too large (more than " + std::to_string(limits_.max_items) + " items)");
       std::vector<Value> items;
       for (int64_t k = 0; k < n; ++k) items.insert(items.end(), seq->list->items.begin(), seq->list->items.end());
       return Value::make_list(std::move(items), seq->list->is_tuple);
@@ -808,20 +843,37 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b,
     return Value::real(a.as_double() / b.as_double());
   }
   if (ints) {
-    int64_t x = as_int(a), y = as_int(b);
-    if (op == "+") return Value::integer(x + y);
-    if (op == "-") return Value::integer(x - y);
-    if (op == "*") return Value::integer(x * y);
+    // Python integers are unbounded; ours are 64-bit, so a result outside int64 is an error
+    // rather than a wrapped value (or SIGFPE, for INT64_MIN // -1).
+    int64_t x = as_int(a), y = as_int(b), r = 0;
+    auto overflow = [&]() {
+      fail(line, "integer overflow in " + std::to_string(x) + " " + op + " " + std::to_string(y));
+    };
+    if (op == "+")
+      return __builtin_add_overflow(x, y, &r) ? (overflow(), Value()) : Value::integer(r);
+    if (op == "-")
+      return __builtin_sub_overflow(x, y, &r) ? (overflow(), Value()) : Value::integer(r);
+    if (op == "*")
+      return __builtin_mul_overflow(x, y, &r) ? (overflow(), Value()) : Value::integer(r);
     if (op == "//" || op == "%") {
       if (y == 0) fail(line, "integer division or modulo by zero");
+      if (y == -1) {
+        if (op == "%") return Value::integer(0);
+        if (x == std::numeric_limits<int64_t>::min()) overflow();
+        return Value::integer(-x);
+      }
       int64_t q = floordiv(x, y);
       return Value::integer(op == "//" ? q : x - q * y);
     }
     if (op == "**") {
       if (y < 0) return Value::real(std::pow(static_cast<double>(x), static_cast<double>(y)));
-      int64_t r = 1;
-      for (int64_t k = 0; k < y && k < 64; ++k) r *= x;
-      return Value::integer(r);
+      int64_t p = 1;
+      for (int64_t k = 0; k < y; ++k) {
+        if (__builtin_mul_overflow(p, x, &p)) overflow();
+        if (p == 0 || p == 1) break;                   // 0 ** y, 1 ** y
+        if (p == -1 && ((y - k - 1) % 2 == 0)) break;  // (-1) ** y: the sign is settled
+      }
+      return Value::integer(p);
     }
   }
   double x = a.as_double(), y = b.as_double();
@@ -838,6 +890,14 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b,
 }
 
 Value Interpreter::eval(const Expr& e) {
+  if (++nesting_ > limits_.max_nesting) {
+    --nesting_;
+    fail(e.line, "evaluation nests deeper than " + std::to_string(limits_.max_nesting) + " levels");
+  }
+  struct Unnest {
+    int& n;
+    ~Unnest() { --n; }
+  } unnest{nesting_};
   step(e.line);
   switch (e.kind) {
     case ExprKind::kLiteral: return e.literal;
@@ -949,6 +1009,8 @@ Value Interpreter::eval(const Expr& e) {
       if (!v.is_number()) fail(e.line, "bad operand type for unary " + e.name + ": '" + type_name(v) + "'");
       if (e.name == "+") return v.kind == Kind::kBool ? Value::integer(v.b) : v;
       if (v.kind == Kind::kFloat) return Value::real(-v.f);
+      if (as_int(v) == std::numeric_limits<int64_t>::min())
+        fail(e.line, "integer overflow in unary -");
       return Value::integer(-as_int(v));
     }
     case ExprKind::kBinary: return binary(e.name, eval(*e.a), eval(*e.b), e.line);
@@ -1056,9 +1118,12 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
       if (x->is_string()) {
         o.indent = 1;
         o.indent_str = x->s;
+        if (o.indent_str.size() > limits_.max_output_bytes)
+          fail(line, "tojson: indent string too large");
       } else {
-        o.indent = static_cast<int>(as_int(*x));
-        o.indent_str = std::string(static_cast<size_t>(std::max(0, o.indent)), ' ');
+        const size_t width = width_arg(*x, "tojson indent", line);
+        o.indent = static_cast<int>(std::min<size_t>(width, 1u << 20));
+        o.indent_str = std::string(width, ' ');
       }
       o.item_sep = ",";
     }
@@ -1067,6 +1132,7 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
       o.key_sep = x->list->items[1].s;
     }
     if (const Value* x = arg(3, "sort_keys")) o.sort_keys = x->truthy();
+    o.max_bytes = limits_.max_output_bytes;
     try {
       return Value::string(to_json(v, o));
     } catch (const Error& err) {
@@ -1107,12 +1173,20 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
   if (name == "replace") {
     const Value *x = arg(0, "old"), *y = arg(1, "new"), *c = arg(2, "count");
     if (!x || !y) fail(line, "replace filter needs old and new");
-    return Value::string(replace_str(to_str(v), to_str(*x), to_str(*y), c && !c->is_none() ? as_int(*c) : -1));
+    return Value::string(replace_str(to_str(v), to_str(*x), to_str(*y),
+                                     c && !c->is_none() ? as_int(*c) : -1,
+                                     limits_.max_output_bytes));
   }
   if (name == "indent") {
     const Value *w = arg(0, "width"), *first = arg(1, "first"), *blank = arg(2, "blank");
-    std::string ind = w ? (w->is_string() ? w->s : std::string(static_cast<size_t>(as_int(*w)), ' ')) : "    ";
+    std::string ind =
+        w ? (w->is_string() ? w->s : std::string(width_arg(*w, "indent", line), ' ')) : "    ";
     std::string s = to_str(v) + "\n";
+    const double lines_n = static_cast<double>(std::count(s.begin(), s.end(), '\n'));
+    if (static_cast<double>(s.size()) + lines_n * static_cast<double>(ind.size()) >
+        static_cast<double>(limits_.max_output_bytes))
+      fail(line, "indent: the result exceeds the output limit of " +
+                     std::to_string(limits_.max_output_bytes) + " bytes");
     std::vector<std::string> lines;
     {
       size_t last = 0;
@@ -1212,7 +1286,7 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
   if (name == "center") {
     const Value* w = arg(0, "width");
     std::string s = to_str(v);
-    size_t width = w ? static_cast<size_t>(as_int(*w)) : 80, n = tok::cp_count(s);
+    size_t width = w ? width_arg(*w, "center", line) : 80, n = tok::cp_count(s);
     if (width <= n) return Value::string(s);
     size_t total = width - n, left = total / 2 + (total & width & 1);
     return Value::string(std::string(left, ' ') + s + std::string(total - left, ' '));

@@ -19,6 +19,7 @@ struct Limits {
   size_t max_output_bytes = 16u << 20;
   size_t max_items = 1u << 20;  // longest list / range a template may build
   int max_depth = 64;           // nested macro calls
+  int max_nesting = 1500;       // nested evaluation (expressions, blocks, macro bodies): stack use
 };
 
 struct Args {
@@ -37,6 +38,9 @@ class Interpreter {
   [[noreturn]] void fail(int line, const std::string& msg) const;
   Value call(const Value& fn, Args& args, int line);
   void check_size(size_t n, int line) const;
+  // A width argument (indent, center, tojson indent): negative counts as 0; over the output cap
+  // fails.
+  size_t width_arg(const Value& w, const char* what, int line) const;
 
  private:
   enum class Flow : std::uint8_t { kNormal, kBreak, kContinue };
@@ -64,6 +68,7 @@ class Interpreter {
   Limits limits_;
   uint64_t steps_ = 0;
   int depth_ = 0;
+  int nesting_ = 0;
   std::string* out_ = nullptr;
   std::vector<std::unordered_map<std::string, Value>> frames_;
   size_t base_ = 0;  // frames below base_ (except frame 0) are hidden inside a macro call

@@ -1,5 +1,6 @@
 #include "tokenizer/jinja/parser.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
@@ -8,6 +9,12 @@
 namespace mlxcel::jinja {
 
 namespace {
+
+// Templates come with model downloads, so they are untrusted input: the parser refuses nesting
+// (statements, parentheses, operator chains) beyond these depths instead of building a tree
+// whose evaluation or destruction would overflow the stack.
+constexpr int kMaxNesting = 128;    // parser recursion: nested blocks, brackets, unary operators
+constexpr int kMaxExprDepth = 256;  // height of one expression tree (a + b + ... is a chain)
 
 class Parser {
  public:
@@ -101,6 +108,7 @@ class Parser {
   }
 
   StmtPtr parse_statement() {
+    Nest nest(*this);
     const Token& nt = next();
     std::string name = nt.text;
     int line = nt.line;
@@ -262,6 +270,42 @@ class Parser {
     expect_op(")");
   }
 
+  // Counts one level of parser recursion for as long as it lives.
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& parser) : p(parser) {
+      if (++p.nesting_ > kMaxNesting) {
+        --p.nesting_;
+        p.error("the template nests deeper than " + std::to_string(kMaxNesting) + " levels");
+      }
+    }
+    ~Nest() { --p.nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+  };
+
+  // Records the height of `e` from its children; refuses trees taller than kMaxExprDepth.
+  ExprPtr seal(ExprPtr e) {
+    int h = 0;
+    auto see = [&h](const ExprPtr& c) {
+      if (c) h = std::max(h, c->depth);
+    };
+    see(e->a);
+    see(e->b);
+    see(e->c);
+    see(e->d);
+    for (const auto& c : e->items) see(c);
+    for (const auto& c : e->values) see(c);
+    for (const auto& c : e->call.args) see(c);
+    for (const auto& kv : e->call.kwargs) see(kv.second);
+    e->depth = h + 1;
+    if (e->depth > kMaxExprDepth)
+      error("an expression nests deeper than " + std::to_string(kMaxExprDepth) +
+                " levels (a chain of that many operators?)",
+            e->line);
+    return e;
+  }
+
   ExprPtr make(ExprKind k, int line) {
     auto e = std::make_unique<Expr>();
     e->kind = k;
@@ -281,10 +325,11 @@ class Parser {
       if (peek().type == TokType::kBlockEnd) break;
       t->items.push_back(parse_expr());
     }
-    return t;
+    return seal(std::move(t));
   }
 
   ExprPtr parse_expr(bool no_cond = false) {
+    Nest nest(*this);
     ExprPtr e = parse_or();
     while (!no_cond && is_name("if")) {
       int line = peek().line;
@@ -296,7 +341,7 @@ class Parser {
         ++p_;
         c->c = parse_expr();
       }
-      e = std::move(c);
+      e = seal(std::move(c));
     }
     return e;
   }
@@ -306,7 +351,7 @@ class Parser {
       auto n = make(ExprKind::kOr, next().line);
       n->a = std::move(e);
       n->b = parse_and();
-      e = std::move(n);
+      e = seal(std::move(n));
     }
     return e;
   }
@@ -316,15 +361,16 @@ class Parser {
       auto n = make(ExprKind::kAnd, next().line);
       n->a = std::move(e);
       n->b = parse_not();
-      e = std::move(n);
+      e = seal(std::move(n));
     }
     return e;
   }
   ExprPtr parse_not() {
     if (is_name("not")) {
+      Nest nest(*this);
       auto n = make(ExprKind::kNot, next().line);
       n->a = parse_not();
-      return n;
+      return seal(std::move(n));
     }
     return parse_compare();
   }
@@ -353,15 +399,17 @@ class Parser {
       }
       cmp->ops.push_back(op);
       cmp->items.push_back(parse_math1());
+      if (cmp->items.size() > static_cast<size_t>(kMaxExprDepth))
+        error("too many chained comparisons");
     }
-    return cmp ? std::move(cmp) : std::move(e);
+    return cmp ? seal(std::move(cmp)) : std::move(e);
   }
   ExprPtr binary(std::string op, ExprPtr a, ExprPtr b, int line) {
     auto n = make(ExprKind::kBinary, line);
     n->name = std::move(op);
     n->a = std::move(a);
     n->b = std::move(b);
-    return n;
+    return seal(std::move(n));
   }
   ExprPtr parse_math1() {
     ExprPtr e = parse_concat();
@@ -381,7 +429,7 @@ class Parser {
       ++p_;
       n->items.push_back(parse_math2());
     }
-    return n;
+    return seal(std::move(n));
   }
   ExprPtr parse_math2() {
     ExprPtr e = parse_pow();
@@ -402,10 +450,12 @@ class Parser {
   ExprPtr parse_unary(bool with_filter) {
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
+      Nest nest(*this);
       const Token& t = next();
       e = make(ExprKind::kUnary, t.line);
       e->name = t.text;
       e->a = parse_unary(false);
+      e = seal(std::move(e));
     } else {
       e = parse_postfix(parse_primary());
     }
@@ -449,7 +499,7 @@ class Parser {
       if (is_op(")")) {
         ++p_;
         auto e = make(ExprKind::kTuple, line);
-        return e;
+        return seal(std::move(e));
       }
       ExprPtr first = parse_expr();
       if (is_op(")")) {
@@ -464,7 +514,7 @@ class Parser {
         e->items.push_back(parse_expr());
       }
       expect_op(")");
-      return e;
+      return seal(std::move(e));
     }
     if (is_op("[")) {
       ++p_;
@@ -475,7 +525,7 @@ class Parser {
         ++p_;
       }
       expect_op("]");
-      return e;
+      return seal(std::move(e));
     }
     if (is_op("{")) {
       ++p_;
@@ -488,7 +538,7 @@ class Parser {
         ++p_;
       }
       expect_op("}");
-      return e;
+      return seal(std::move(e));
     }
     error("unexpected " + describe(t));
   }
@@ -517,7 +567,7 @@ class Parser {
         if (peek().type == TokType::kInt) n->name = next().text;
         else n->name = expect_ident();
         n->a = std::move(e);
-        e = std::move(n);
+        e = seal(std::move(n));
       } else if (is_op("[")) {
         ++p_;
         ExprPtr lo, hi, step;
@@ -538,12 +588,12 @@ class Parser {
         n->b = std::move(lo);
         n->c = std::move(hi);
         n->d = std::move(step);
-        e = std::move(n);
+        e = seal(std::move(n));
       } else if (is_op("(")) {
         auto n = make(ExprKind::kCall, line);
         n->a = std::move(e);
         parse_call_args(n->call);
-        e = std::move(n);
+        e = seal(std::move(n));
       } else {
         return e;
       }
@@ -559,7 +609,7 @@ class Parser {
     }
     if (is_op("(")) parse_call_args(n->call);
     n->a = std::move(operand);
-    return n;
+    return seal(std::move(n));
   }
   ExprPtr parse_filter_expr(ExprPtr e) {
     while (true) {
@@ -584,12 +634,12 @@ class Parser {
           n->call.args.push_back(parse_postfix(parse_primary()));
         }
         n->a = std::move(e);
-        e = std::move(n);
+        e = seal(std::move(n));
       } else if (is_op("(")) {
         auto n = make(ExprKind::kCall, peek().line);
         n->a = std::move(e);
         parse_call_args(n->call);
-        e = std::move(n);
+        e = seal(std::move(n));
       } else {
         return e;
       }
@@ -598,6 +648,7 @@ class Parser {
 
   std::vector<Token> t_;
   size_t p_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

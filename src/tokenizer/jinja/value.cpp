@@ -271,11 +271,20 @@ static void json_string(std::string& out, std::string_view s, bool ascii) {
 }
 
 static void json_rec(std::string& out, const Value& v, const JsonOptions& o, int depth) {
+  if (depth > o.max_depth)
+    throw_error(ErrorCategory::kBadInput,
+                "value nests deeper than " + std::to_string(o.max_depth) + " levels");
   auto nl = [&](int d) {
     if (o.indent < 0) return;
+    if (out.size() + 1 + static_cast<size_t>(d) * o.indent_str.size() > o.max_bytes)
+      throw_error(ErrorCategory::kBadInput,
+                  "output exceeds " + std::to_string(o.max_bytes) + " bytes");
     out += '\n';
     for (int k = 0; k < d; ++k) out += o.indent_str;
   };
+  if (out.size() > o.max_bytes)
+    throw_error(ErrorCategory::kBadInput,
+                "output exceeds " + std::to_string(o.max_bytes) + " bytes");
   switch (v.kind) {
     case Kind::kNone: out += "null"; return;
     case Kind::kBool: out += v.b ? "true" : "false"; return;
@@ -338,7 +347,10 @@ std::string to_json(const Value& v, const JsonOptions& o) {
   return out;
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+Value from_json(const nlohmann::ordered_json& j, int max_depth) {
+  if (max_depth < 0)
+    throw_error(ErrorCategory::kBadInput,
+                "a template variable nests too deeply (more than 512 levels of lists and objects)");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value::none();
     case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -349,12 +361,13 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) items.push_back(from_json(e, max_depth - 1));
       return Value::make_list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       auto d = std::make_shared<Dict>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->set(it.key(), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d->set(it.key(), from_json(it.value(), max_depth - 1));
       return Value::make_dict(std::move(d));
     }
     default: return Value::none();

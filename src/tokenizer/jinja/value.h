@@ -118,9 +118,12 @@ struct JsonOptions {
   std::string indent_str;
   std::string item_sep = ", ", key_sep = ": ";
   bool sort_keys = false;
+  size_t max_bytes = 16u << 20;  // the output cap: a huge indent or a deep value ends with an error
+  int max_depth = 512;           // nesting of lists and dicts
 };
 std::string to_json(const Value& v, const JsonOptions& o);
 
-Value from_json(const nlohmann::ordered_json& j);
+// Throws bad_input when `j` nests deeper than `max_depth` (a request-supplied value).
+Value from_json(const nlohmann::ordered_json& j, int max_depth = 512);
 
 }  // namespace mlxcel::jinja

@@ -8,22 +8,24 @@
 #include "core/device.h"
 #include "models/checkpoint_weights.h"
 #include "models/model.h"
+#include "ops/ops.h"
 
-namespace mlxcel::models {
+namespace mlxcel::runtime {
 
 struct LoadedModel {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<CheckpointWeights> weights;
+  std::unique_ptr<ops::Backend> backend;  // declared first: outlives the model's device memory
+  std::unique_ptr<models::CheckpointWeights> weights;
+  std::unique_ptr<models::Model> model;
   std::vector<std::int32_t> eos_ids;  // config.json ∪ generation_config.json
   std::string dir;
 };
 
 struct LoadOptions {
   BackendKind backend = BackendKind::kCpu;
-  Numerics numerics = Numerics::kFast;
+  backend::Numerics numerics = backend::Numerics::kFast;
 };
 
 // Throws bad_input for a missing folder or file, unsupported for an unknown model_type.
 LoadedModel load_model(const std::string& dir, const LoadOptions& options = {});
 
-}  // namespace mlxcel::models
+}  // namespace mlxcel::runtime

@@ -1,4 +1,4 @@
-#include "models/loader.h"
+#include "runtime/loader.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 
-namespace mlxcel::models {
+namespace mlxcel::runtime {
 
 LoadedModel load_model(const std::string& dir, const LoadOptions& options) {
   namespace fs = std::filesystem;
@@ -17,7 +17,7 @@ LoadedModel load_model(const std::string& dir, const LoadOptions& options) {
                 "model folder '" + dir + "' does not exist (give a local MLX model folder)");
   LoadedModel lm;
   lm.dir = dir;
-  ModelConfig cfg = load_model_config(dir);
+  models::ModelConfig cfg = models::load_model_config(dir);
   lm.eos_ids = cfg.eos_token_ids;
   std::ifstream g(dir + "/generation_config.json");
   if (g) {
@@ -36,12 +36,13 @@ LoadedModel load_model(const std::string& dir, const LoadOptions& options) {
   }
   std::sort(lm.eos_ids.begin(), lm.eos_ids.end());
   lm.eos_ids.erase(std::unique(lm.eos_ids.begin(), lm.eos_ids.end()), lm.eos_ids.end());
-  lm.weights = std::make_unique<CheckpointWeights>(dir, options.backend);
-  lm.model = build_model(cfg, *lm.weights);
-  lm.model->set_numerics(options.numerics);
+  lm.backend = backend::create_backend(options.backend, options.numerics);
+  lm.weights = std::make_unique<models::CheckpointWeights>(dir, options.backend);
+  lm.model = models::build_model(cfg, *lm.weights, *lm.backend);
   LOG_INFO("loaded " << cfg.model_type << " from " << dir << ": "
-                     << (lm.model->weight_bytes() >> 20) << " MiB of weights");
+                     << (lm.model->weight_bytes() >> 20) << " MiB of weights on "
+                     << lm.backend->name());
   return lm;
 }
 
-}  // namespace mlxcel::models
+}  // namespace mlxcel::runtime

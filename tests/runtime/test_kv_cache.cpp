@@ -4,10 +4,10 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "models/kv_cache.h"
+#include "runtime/kv_cache.h"
 
 using namespace mlxcel;
-using namespace mlxcel::models;
+using namespace mlxcel::runtime;
 
 namespace {
 KvCacheConfig small_cfg(std::int64_t blocks) {
@@ -15,6 +15,7 @@ KvCacheConfig small_cfg(std::int64_t blocks) {
   c.n_layers = 2;
   c.n_kv_heads = 2;
   c.head_dim = 4;
+  c.v_dim = 4;
   c.dtype = DType::kF32;
   c.block_size = 4;
   c.num_blocks = blocks;
@@ -64,7 +65,7 @@ TEST(KvCache, PrefixReuseSharesFullBlocksOnly) {
     SequenceKv a(pool);
     a.reserve(11);
     // write recognizable K data into block 0 of layer 1
-    float* k = static_cast<float*>(a.k_block_of(1, 0));
+    float* k = static_cast<float*>(pool.k_block(1, a.block_table()[0]));
     k[0] = 42.0f;
     a.commit(prompt);
     EXPECT_EQ(pool.cached_blocks(), 2);
@@ -72,7 +73,7 @@ TEST(KvCache, PrefixReuseSharesFullBlocksOnly) {
     SequenceKv b(pool);
     EXPECT_EQ(b.reuse_prefix(prompt), 8);
     EXPECT_EQ(b.block_table()[0], a.block_table()[0]);
-    EXPECT_EQ(static_cast<float*>(b.k_block_of(1, 0))[0], 42.0f);
+    EXPECT_EQ(static_cast<float*>(pool.k_block(1, b.block_table()[0]))[0], 42.0f);
     // new tokens go to a fresh block, never into a shared one
     EXPECT_EQ(b.reserve(3), 8);
     EXPECT_NE(b.block_table()[2], a.block_table()[2]);
@@ -118,4 +119,47 @@ TEST(KvCache, EvictsLeastRecentlyUsedCachedBlocks) {
   EXPECT_EQ(d.reuse_prefix(iota_tokens(9, 0)), 0);
   SequenceKv e(pool);
   EXPECT_EQ(e.reuse_prefix(iota_tokens(9, 500)), 8);
+}
+
+TEST(KvCache, BlocksAreReusedOnlyWhenTheirTokensAreEqual) {
+  KvBlockPool pool(small_cfg(8));
+  SequenceKv a(pool);
+  auto t = iota_tokens(8);
+  a.reserve(8);
+  a.commit(t);
+  // The key of the first block with the right tokens hits; the same key with other tokens (what
+  // a hash collision would bring) is a miss, not a wrong block.
+  const BlockKey k0 = kv_block_key(BlockKey{}, std::span<const std::int32_t>(t).first(4));
+  std::vector<std::int32_t> other = {1, 2, 3, 4};
+  EXPECT_EQ(pool.lookup(k0, other), -1);
+  const std::int32_t hit = pool.lookup(k0, std::span<const std::int32_t>(t).first(4));
+  EXPECT_EQ(hit, a.block_table()[0]);
+  pool.release(hit);
+}
+
+TEST(KvCache, CacheSaltIsolatesPrefixes) {
+  KvBlockPool pool(small_cfg(16));
+  auto prompt = iota_tokens(9);
+  SequenceKv a(pool);
+  a.set_cache_salt("tenant-a");
+  a.reserve(9);
+  a.commit(prompt);
+  SequenceKv other_tenant(pool);
+  other_tenant.set_cache_salt("tenant-b");
+  EXPECT_EQ(other_tenant.reuse_prefix(prompt), 0);
+  SequenceKv unsalted(pool);
+  EXPECT_EQ(unsalted.reuse_prefix(prompt), 0);
+  SequenceKv same_tenant(pool);
+  same_tenant.set_cache_salt("tenant-a");
+  EXPECT_EQ(same_tenant.reuse_prefix(prompt), 8);
+}
+
+TEST(KvCache, BlockKeysChainTheWholePrefix) {
+  std::vector<std::int32_t> x = {1, 2, 3, 4}, y = {5, 6, 7, 8};
+  const BlockKey a = kv_block_key(kv_block_key(BlockKey{}, x), y);
+  const BlockKey b = kv_block_key(kv_block_key(BlockKey{}, y), y);
+  EXPECT_FALSE(a == b);
+  EXPECT_FALSE(a.none());
+  EXPECT_TRUE(kv_salt_key("").none());
+  EXPECT_FALSE(kv_salt_key("s") == kv_salt_key("t"));
 }

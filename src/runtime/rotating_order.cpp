@@ -1,8 +1,8 @@
-#include "models/rotating_order.h"
+#include "runtime/rotating_order.h"
 
 #include <algorithm>
 
-namespace mlxcel::models {
+namespace mlxcel::runtime {
 
 namespace {
 constexpr std::int64_t kGrowStep = 256;  // RotatingKVCache.step
@@ -61,4 +61,4 @@ std::vector<std::int64_t> RotatingOrder::keys() const {
   return slots_;
 }
 
-}  // namespace mlxcel::models
+}  // namespace mlxcel::runtime

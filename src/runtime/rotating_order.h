@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace mlxcel::models {
+namespace mlxcel::runtime {
 
 class RotatingOrder {
  public:
@@ -33,4 +33,4 @@ class RotatingOrder {
   std::vector<std::int64_t> slots_;
 };
 
-}  // namespace mlxcel::models
+}  // namespace mlxcel::runtime

@@ -1,0 +1,134 @@
+#include "backend/backend.h"
+
+#include <sstream>
+#include <utility>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+
+namespace mlxcel::backend {
+
+const char* numerics_name(Numerics n) { return n == Numerics::kMlx ? "mlx" : "fast"; }
+
+bool parse_numerics(const std::string& s, Numerics* out) {
+  if (s == "fast") *out = Numerics::kFast;
+  else if (s == "mlx") *out = Numerics::kMlx;
+  else return false;
+  return true;
+}
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kEmbed: return "embed";
+    case Op::kRmsNorm: return "rms_norm";
+    case Op::kAdd: return "add";
+    case Op::kAddRmsNorm: return "add_rms_norm";
+    case Op::kLinear: return "linear";
+    case Op::kRopeKvAppend: return "rope_kv_append";
+    case Op::kAttention: return "attention";
+    case Op::kGatedActivation: return "gated_activation";
+    case Op::kMoeRoute: return "moe_route";
+    case Op::kMoeExperts: return "moe_experts";
+    case Op::kGatherRows: return "gather_rows";
+    case Op::kCount: break;
+  }
+  return "?";
+}
+
+const char* qmode_name(QMode m) {
+  switch (m) {
+    case QMode::kNone: return "dense";
+    case QMode::kAffine: return "affine";
+    case QMode::kMxfp4: return "mxfp4";
+    case QMode::kMxfp8: return "mxfp8";
+    case QMode::kNvfp4: return "nvfp4";
+  }
+  return "?";
+}
+
+std::string OpSignature::str() const {
+  std::ostringstream s;
+  s << op_name(op) << " act=" << dtype_name(act);
+  if (op == Op::kLinear || op == Op::kEmbed || op == Op::kMoeExperts) {
+    s << " weight=" << qmode_name(qmode);
+    if (qmode == QMode::kNone) s << " " << dtype_name(weight_dtype);
+    else s << " " << bits << "-bit gs " << group_size << " scales " << dtype_name(weight_dtype);
+  }
+  if (head_dim > 0) s << " head_dim=" << head_dim;
+  return s.str();
+}
+
+Act Act::sub(std::int64_t col0, std::int64_t ncols) const {
+  Act a = *this;
+  a.data = static_cast<char*>(data) + static_cast<std::size_t>(col0) * dtype_size(dtype);
+  a.cols = ncols;
+  return a;
+}
+
+Act Act::head_rows(std::int64_t heads) const {
+  Act a = *this;
+  a.rows = rows * heads;
+  a.cols = cols / heads;
+  a.stride = a.cols;
+  return a;
+}
+
+Matrix Matrix::expert(std::int64_t e) const {
+  Matrix m = *this;
+  m.w = static_cast<const char*>(w) + static_cast<std::size_t>(e) * expert_stride_w;
+  if (scales) m.scales = static_cast<const char*>(scales) + static_cast<std::size_t>(e) * expert_stride_s;
+  if (biases) m.biases = static_cast<const char*>(biases) + static_cast<std::size_t>(e) * expert_stride_s;
+  m.expert_stride_w = m.expert_stride_s = 0;
+  return m;
+}
+
+std::size_t KvLayout::k_block_bytes() const {
+  return static_cast<std::size_t>(n_kv_heads) * block_size * head_dim * dtype_size(dtype);
+}
+std::size_t KvLayout::v_block_bytes() const {
+  return static_cast<std::size_t>(n_kv_heads) * block_size * v_dim * dtype_size(dtype);
+}
+std::size_t KvLayout::block_bytes() const {
+  return static_cast<std::size_t>(n_layers) * (k_block_bytes() + v_block_bytes());
+}
+void* KvLayout::k_block(int layer, std::int32_t block) const {
+  return static_cast<char*>(base) + static_cast<std::size_t>(block) * block_bytes() +
+         static_cast<std::size_t>(layer) * (k_block_bytes() + v_block_bytes());
+}
+void* KvLayout::v_block(int layer, std::int32_t block) const {
+  return static_cast<char*>(k_block(layer, block)) + k_block_bytes();
+}
+
+DeviceBuffer::~DeviceBuffer() { reset(); }
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    owner_ = std::exchange(o.owner_, nullptr);
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    kind_ = o.kind_;
+  }
+  return *this;
+}
+
+void DeviceBuffer::reset() {
+  if (owner_ && data_) owner_->release(data_, bytes_, kind_);
+  owner_ = nullptr;
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+std::unique_ptr<Backend> create_backend(BackendKind kind, Numerics numerics) {
+  if (kind == BackendKind::kCpu) return std::make_unique<cpu::CpuBackend>(numerics);
+  if (numerics == Numerics::kMlx)
+    throw_error(ErrorCategory::kUnsupported,
+                "--numerics mlx reproduces MLX's CPU arithmetic and runs only on the CPU; use "
+                "--device cpu with it, or drop --numerics on the GPU");
+  throw_error(ErrorCategory::kUnsupported,
+              std::string("the ") + std::string(backend_name(kind)) +
+                  " backend does not run models yet (its ops are not implemented in this build); "
+                  "use --device cpu");
+}
+
+}  // namespace mlxcel::backend

@@ -1,0 +1,312 @@
+#pragma once
+// The Backend interface (DESIGN.md "Execution"): what a device must offer for the forward pass.
+// Models never see it directly; src/ops validates arguments, asks `supports`, and calls one entry
+// per op family with a plain argument struct whose pointers are device addresses (host memory on
+// the CPU). A backend owns its memory kinds, copies, synchronization and (optionally) graph capture.
+//
+// Activations travel as `Act` views: rows x cols with a row stride, stored in the backend's
+// activation storage dtype. Every op rounds its output once to the activation dtype of the
+// checkpoint (`round`): an op boundary is exactly a point where MLX materializes an array, so the
+// rounding rules of mlx-lm hold without the model knowing about dtypes.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace mlxcel::backend {
+
+// How the CPU backend does its arithmetic. kFast accumulates in fp32 (what MLX's Metal and CUDA
+// backends do); kMlx reproduces MLX's CPU backend bit for bit (docs/numerics.md). Only the CPU
+// backend reads it: a GPU backend refuses kMlx.
+enum class Numerics : std::uint8_t { kFast = 0, kMlx = 1 };
+const char* numerics_name(Numerics n);
+bool parse_numerics(const std::string& s, Numerics* out);
+
+enum class MemoryKind : std::uint8_t { kWeights = 0, kKvCache = 1, kWorkspace = 2, kPinnedHost = 3 };
+
+enum class Op : std::uint8_t {
+  kEmbed = 0,
+  kRmsNorm,
+  kAdd,
+  kAddRmsNorm,
+  kLinear,
+  kRopeKvAppend,
+  kAttention,
+  kGatedActivation,
+  kMoeRoute,
+  kMoeExperts,
+  kGatherRows,
+  kCount
+};
+const char* op_name(Op op);
+
+// Weight formats, as MLX names them (MLX_FORMATS.md). kNone: a dense float matrix.
+enum class QMode : std::uint8_t { kNone = 0, kAffine = 1, kMxfp4 = 2, kMxfp8 = 3, kNvfp4 = 4 };
+const char* qmode_name(QMode m);
+
+enum class Activation : std::uint8_t { kSilu = 0, kGeluApprox = 1 };
+
+// What `supports` is asked: the op, the activation dtype and, for weight ops, the weight format.
+struct OpSignature {
+  Op op = Op::kEmbed;
+  DType act = DType::kF32;
+  QMode qmode = QMode::kNone;
+  DType weight_dtype = DType::kF32;  // dense weights; scales dtype when quantized
+  int bits = 0;
+  int group_size = 0;
+  int head_dim = 0;
+  std::string str() const;
+};
+
+// A 2-D activation view on the device. Element (r, c) is at data + (r * stride + c) * size(dtype).
+struct Act {
+  void* data = nullptr;
+  DType dtype = DType::kF32;  // storage dtype
+  std::int64_t rows = 0, cols = 0, stride = 0;
+  Act sub(std::int64_t col0, std::int64_t ncols) const;  // columns [col0, col0 + ncols)
+  Act head_rows(std::int64_t heads) const;               // [rows * heads, cols / heads]
+};
+
+// A weight matrix [n, k] (y = x · Wᵀ) as uploaded: dense (w in a float dtype) or MLX-quantized
+// (w packed U32 [n, k * bits / 32], scales [n, k / gs], biases for affine). Experts of a
+// SwitchLinear are stacked: expert e starts `expert_stride_*` bytes after expert 0.
+struct Matrix {
+  const void* w = nullptr;
+  DType w_dtype = DType::kF32;
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  DType scales_dtype = DType::kF32;
+  QMode mode = QMode::kNone;
+  int bits = 0;
+  int group_size = 0;
+  std::int64_t n = 0, k = 0;
+  std::size_t expert_stride_w = 0, expert_stride_s = 0;  // bytes; stacked experts only
+  Matrix expert(std::int64_t e) const;
+};
+
+// The paged KV pool of one model (runtime/kv_cache.h): one allocation of num_blocks blocks; per
+// block and layer, K [n_kv_heads, block_size, head_dim] then V [n_kv_heads, block_size, v_dim].
+struct KvLayout {
+  void* base = nullptr;
+  int n_layers = 0, n_kv_heads = 0, head_dim = 0, v_dim = 0, block_size = 0;
+  DType dtype = DType::kF32;
+  std::int64_t num_blocks = 0;
+  std::size_t k_block_bytes() const;
+  std::size_t v_block_bytes() const;
+  std::size_t block_bytes() const;
+  std::size_t bytes() const { return block_bytes() * static_cast<std::size_t>(num_blocks); }
+  void* k_block(int layer, std::int32_t block) const;
+  void* v_block(int layer, std::int32_t block) const;
+};
+
+// The per-step metadata block as the device sees it (ops/step.h builds and uploads it): int32
+// arrays of one allocation. Token t belongs to sequence seq_of_token[t] and sits at absolute
+// position positions[t]; block_tables is [n_seqs, max_blocks].
+struct StepView {
+  std::int64_t n_tokens = 0, n_seqs = 0, max_blocks = 0;
+  const std::int32_t* tokens = nullptr;
+  const std::int32_t* positions = nullptr;
+  const std::int32_t* seq_of_token = nullptr;
+  const std::int32_t* block_tables = nullptr;
+  const std::int32_t* seq_lens = nullptr;  // length after this step
+  // Host copies of the same arrays (the CPU backend reads these; GPU kernels the device ones).
+  const std::int32_t* host_tokens = nullptr;
+  const std::int32_t* host_positions = nullptr;
+  const std::int32_t* host_seq_of_token = nullptr;
+  const std::int32_t* host_block_tables = nullptr;
+  // CPU `--numerics mlx` only: per sequence, key positions in mlx-lm's rotating-cache slot order
+  // (null/0 = position order). See runtime/rotating_order.h.
+  const std::vector<std::vector<std::int64_t>>* window_order = nullptr;
+};
+
+struct EmbedArgs {
+  Matrix table;                        // [vocab, dim]
+  const std::int32_t* ids = nullptr;   // device, [n]
+  const std::int32_t* host_ids = nullptr;
+  std::int64_t n = 0;
+  float scale = 1.0f;  // gemma: sqrt(hidden) rounded to bf16; 1 = none
+  Act out;
+  DType round = DType::kF32;
+};
+
+struct RmsNormArgs {
+  Act x;           // normalized per row (per head slice when heads > 1); x and y may alias
+  const float* weight = nullptr;  // device fp32 [cols] (gemma's 1 + w already applied)
+  float eps = 1e-5f;
+  Act y;
+  DType round = DType::kF32;
+  std::int64_t heads = 1;  // each row holds `heads` vectors of cols / heads (qk-norm)
+};
+
+struct AddArgs {  // y = round(a + b); y may alias a
+  Act a, b, y;
+  DType round = DType::kF32;
+};
+
+struct AddRmsNormArgs {  // h = round(h + delta); y = rms_norm(h)
+  Act h, delta;
+  const float* weight = nullptr;
+  float eps = 1e-5f;
+  Act y;
+  DType round = DType::kF32;
+};
+
+struct LinearArgs {  // y = round(x · Wᵀ + bias)
+  Act x;
+  Matrix w;
+  const float* bias = nullptr;  // device fp32 [n] or null
+  Act y;
+  DType round = DType::kF32;
+};
+
+// The rotary table of a layer, as mlx-lm builds it (backend/cpu/rope.h has the semantics).
+struct RopeTable {
+  std::int64_t dims = 0;
+  bool traditional = false;
+  float base = 10000.0f;
+  float scale = 1.0f;
+  float input_scale = 1.0f;
+  const float* freqs = nullptr;  // device [dims/2] or null (base form)
+  const float* host_freqs = nullptr;
+};
+
+// RoPE on q [T, n_heads*hd] and k [T, n_kv_heads*hd] in place (rounded), then K and V of every
+// token written to its slot in layer `layer` of the cache.
+struct RopeKvAppendArgs {
+  Act q, k, v;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  RopeTable rope;
+  KvLayout kv;
+  int layer = 0;
+  StepView step;
+  DType round = DType::kF32;
+};
+
+// Causal attention of every token's q against its sequence's cache (keys at positions <= its
+// own, and within `window` when > 0), GQA, output [T, n_heads*v_dim] rounded.
+struct AttentionArgs {
+  Act q;
+  int n_heads = 0;
+  KvLayout kv;
+  int layer = 0;
+  std::int64_t window = 0;
+  float scale = 1.0f;
+  StepView step;
+  Act out;
+  DType round = DType::kF32;
+};
+
+struct GatedActivationArgs {  // out = round(act(g) * u), with MLX's op-by-op rounding
+  Activation act = Activation::kSilu;
+  Act g, u, out;
+  DType round = DType::kF32;
+};
+
+// mlx-lm's SwitchGLU routing: softmax over the router logits (fp32, rounded), the top k experts
+// in mx.argpartition's order, optionally renormalized.
+struct MoeRouteArgs {
+  Act gates;  // [T, E] router logits (rounded)
+  int top_k = 0;
+  bool norm_topk_prob = false;
+  std::int32_t* experts = nullptr;  // device [T, top_k]
+  float* weights = nullptr;         // device [T, top_k] (rounded values)
+  DType round = DType::kF32;
+};
+
+// The chosen experts' SwiGLU over each token and the weighted sum (fp32 accumulation of the
+// rounded products, as mlx-lm's (y * scores).sum(-2)).
+struct MoeExpertsArgs {
+  Act x;  // [T, H]
+  Matrix gate, up, down;  // stacked [E, I, H], [E, I, H], [E, H, I]
+  Activation act = Activation::kSilu;
+  int top_k = 0;
+  const std::int32_t* experts = nullptr;
+  const float* weights = nullptr;
+  Act out;  // [T, H]
+  DType round = DType::kF32;
+};
+
+struct GatherRowsArgs {  // dst[i] = src[rows[i]]
+  Act src;
+  const std::int32_t* rows = nullptr;  // device
+  const std::int32_t* host_rows = nullptr;
+  std::int64_t n = 0;
+  Act dst;
+};
+
+enum class CopyKind : std::uint8_t { kHostToDevice = 0, kDeviceToHost = 1, kDeviceToDevice = 2 };
+
+class Backend;
+
+// RAII device memory from one backend.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend* owner, void* data, std::size_t bytes, MemoryKind kind)
+      : owner_(owner), data_(data), bytes_(bytes), kind_(kind) {}
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+  MemoryKind kind() const { return kind_; }
+
+ private:
+  void reset();
+  Backend* owner_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  MemoryKind kind_ = MemoryKind::kWorkspace;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual std::string name() const = 0;  // "cpu (avx2, fast numerics)", "cuda:0 NVIDIA H200", ...
+  virtual bool supports(const OpSignature& sig) const = 0;
+  // The dtype activations are stored in for a checkpoint whose activation dtype is `act`. The CPU
+  // keeps fp32 containers of values rounded to `act` (its kernels read fp32); a GPU stores `act`.
+  virtual DType activation_storage(DType act) const = 0;
+  // True when weights already in host memory can be used in place (no upload copy).
+  virtual bool host_memory_is_device_memory() const = 0;
+
+  // Throws out_of_memory naming the requested and available bytes.
+  virtual DeviceBuffer allocate(MemoryKind kind, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
+  virtual void synchronize() = 0;
+
+  virtual void embed(const EmbedArgs& a) = 0;
+  virtual void rms_norm(const RmsNormArgs& a) = 0;
+  virtual void add(const AddArgs& a) = 0;
+  virtual void add_rms_norm(const AddRmsNormArgs& a) = 0;
+  virtual void linear(const LinearArgs& a) = 0;
+  virtual void rope_kv_append(const RopeKvAppendArgs& a) = 0;
+  virtual void attention(const AttentionArgs& a) = 0;
+  virtual void gated_activation(const GatedActivationArgs& a) = 0;
+  virtual void moe_route(const MoeRouteArgs& a) = 0;
+  virtual void moe_experts(const MoeExpertsArgs& a) = 0;
+  virtual void gather_rows(const GatherRowsArgs& a) = 0;
+
+  // Graph capture of a decode step (GPU backends); the CPU has none.
+  virtual bool can_capture() const { return false; }
+
+  // CPU `--numerics mlx` replays mlx-lm's rotating sliding-window order (StepView::window_order).
+  virtual bool wants_window_order() const { return false; }
+
+ protected:
+  friend class DeviceBuffer;
+  virtual void release(void* data, std::size_t bytes, MemoryKind kind) = 0;
+};
+
+// The backend of `kind` with the given numerics policy. Throws unsupported when this build has no
+// such backend, or for `--numerics mlx` on a GPU.
+std::unique_ptr<Backend> create_backend(BackendKind kind, Numerics numerics = Numerics::kFast);
+
+}  // namespace mlxcel::backend

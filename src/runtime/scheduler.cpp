@@ -1,0 +1,166 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/step.h"
+
+namespace mlxcel::runtime {
+
+struct Scheduler::Sequence {
+  Sequence(Id i, SequenceRequest r, SequenceObserver* o, KvBlockPool& pool)
+      : id(i), req(std::move(r)), obs(o), kv(pool), sampler(req.sampling, 0) {}
+  Id id;
+  SequenceRequest req;
+  SequenceObserver* obs;
+  SequenceKv kv;
+  Sampler sampler;
+  std::vector<std::int32_t> history;  // prompt + generated
+  std::size_t prefilled = 0;
+  std::int32_t next_input = -1;       // the sampled token the next step feeds
+  SequenceStats stats;
+  bool done = false;
+};
+
+Scheduler::Scheduler(models::Model& model, KvBlockPool& pool, SchedulerOptions opts)
+    : model_(model), pool_(pool), opts_(opts) {}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::validate(const SequenceRequest& r) const {
+  const auto n = static_cast<std::int64_t>(r.prompt.size());
+  MLXCEL_CHECK(n > 0, ErrorCategory::kBadInput, "the prompt is empty");
+  if (n >= opts_.context_limit)
+    throw_error(ErrorCategory::kBadInput,
+                "the prompt has " + std::to_string(n) + " tokens but the context holds " +
+                    std::to_string(opts_.context_limit) +
+                    " (--ctx-size); shorten the prompt or raise --ctx-size");
+  const std::int64_t vocab = model_.config().vocab_size;
+  r.sampling.validate(vocab);
+  for (std::int32_t t : r.prompt)
+    if (t < 0 || t >= vocab)
+      throw_error(ErrorCategory::kBadInput, "prompt token id " + std::to_string(t) +
+                                                " is outside the vocabulary (0.." +
+                                                std::to_string(vocab - 1) + ")");
+}
+
+Scheduler::Id Scheduler::add(SequenceRequest r, SequenceObserver* obs) {
+  validate(r);
+  auto s = std::make_unique<Sequence>(next_id_++, std::move(r), obs, pool_);
+  if (!s->req.cache_salt.empty()) s->kv.set_cache_salt(s->req.cache_salt);
+  const std::int64_t cached = s->req.reuse_prefix ? s->kv.reuse_prefix(s->req.prompt) : 0;
+  s->prefilled = static_cast<std::size_t>(cached);
+  s->history = s->req.prompt;
+  s->stats.prompt_tokens = static_cast<std::int64_t>(s->req.prompt.size());
+  s->stats.cached_tokens = cached;
+  s->stats.kv_length = s->kv.length();
+  const Id id = s->id;
+  active_.push_back(std::move(s));
+  return id;
+}
+
+void Scheduler::end(Sequence& s, const std::string& reason) {
+  if (s.done) return;
+  s.done = true;
+  s.stats.kv_length = s.kv.length();
+  s.obs->on_finish(reason, s.stats);
+}
+
+void Scheduler::finish(Id id, const std::string& reason) {
+  for (auto it = active_.begin(); it != active_.end(); ++it) {
+    if ((*it)->id != id) continue;
+    end(**it, reason);
+    active_.erase(it);
+    return;
+  }
+}
+
+void Scheduler::fail(Id id, const Error& e) {
+  for (auto it = active_.begin(); it != active_.end(); ++it) {
+    if ((*it)->id != id) continue;
+    Sequence& s = **it;
+    if (!s.done) {
+      s.done = true;
+      s.obs->on_error(e, s.stats);
+    }
+    active_.erase(it);
+    return;
+  }
+}
+
+void Scheduler::sample(Sequence& s, std::vector<float>& logits) {
+  s.stats.kv_length = s.kv.length();
+  // A sequence whose logits are not finite fails alone; the others in the step go on.
+  for (float x : logits) {
+    if (std::isnan(x) || x == INFINITY) {
+      s.done = true;
+      s.obs->on_error(Error(ErrorCategory::kInternal,
+                            "the model produced non-finite logits for this request (NaN or "
+                            "infinity); its weights or inputs overflow"),
+                      s.stats);
+      return;
+    }
+  }
+  s.obs->process_logits(logits, s.stats);
+  const SampleResult r = s.sampler.sample(logits, s.history, std::max(0, s.req.top_logprobs));
+  const auto& eos_ids = s.req.eos_ids;
+  const bool eos =
+      !s.req.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), r.token) != eos_ids.end();
+  const Verdict v = s.obs->on_token(r, eos, s.stats);
+  if (eos) return end(s, "stop");
+  s.history.push_back(r.token);
+  s.stats.generated++;
+  if (v == Verdict::kStop) return end(s, "stop");
+  if (v == Verdict::kLength) return end(s, "length");
+  const bool max_reached = s.req.max_tokens > 0 && s.stats.generated >= s.req.max_tokens;
+  const bool ctx_full = s.kv.length() + 1 >= opts_.context_limit;
+  if (max_reached || ctx_full) return end(s, "length");
+  s.next_input = r.token;
+}
+
+void Scheduler::step() {
+  std::vector<BatchItem> batch;
+  std::vector<Sequence*> owners;
+  for (auto& p : active_) {
+    Sequence& s = *p;
+    if (s.done) continue;
+    const auto& prompt = s.req.prompt;
+    if (s.prefilled < prompt.size()) {
+      const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(opts_.prefill_chunk),
+                                                  prompt.size() - s.prefilled);
+      batch.push_back({&s.kv, std::span<const std::int32_t>(prompt).subspan(s.prefilled, n), false});
+    } else {
+      batch.push_back({&s.kv, std::span<const std::int32_t>(&s.next_input, 1), false});
+    }
+    owners.push_back(&s);
+  }
+  if (!batch.empty()) {
+    std::vector<std::vector<float>> logits;
+    try {
+      forward_step(model_, batch, logits);
+    } catch (const Error& e) {
+      for (auto& p : active_) {
+        if (p->done) continue;
+        p->done = true;
+        p->obs->on_error(e, p->stats);
+      }
+      active_.clear();
+      throw;
+    }
+    for (std::size_t b = 0; b < owners.size(); ++b) {
+      Sequence& s = *owners[b];
+      const auto& prompt = s.req.prompt;
+      if (s.prefilled < prompt.size()) {
+        s.prefilled += batch[b].tokens.size();
+        const bool complete = s.prefilled >= prompt.size();
+        s.obs->on_prefill(static_cast<std::int64_t>(batch[b].tokens.size()), complete);
+        if (!complete) continue;
+      }
+      sample(s, logits[b]);
+    }
+  }
+  active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& s) { return s->done; }),
+                active_.end());
+}
+
+}  // namespace mlxcel::runtime
