@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "io/gguf.h"
 #include "io/gguf_tokenizer.h"
 #include "io/safetensors.h"
+#include "quant/quantize.h"
 
 namespace mlxcel::gguf {
 
@@ -101,11 +103,67 @@ std::uint16_t half_bits_at(const std::uint8_t* p) {
 // One ggml block of 32 decoded to unsigned levels q and the affine pair with x = d*q + bias.
 struct Block {
   std::uint8_t q[kGroupSize];
-  std::uint16_t d_bits;  // fp16 scale as stored
-  float bias;            // exact value of the bias in fp32
-  bool bias_is_half;     // bias stored as an fp16 (Q4_1/Q5_1 m): copy its bits
+  float scale;         // exact value of the scale in fp32
+  bool scale_is_half;  // the scale is a stored fp16 (d): copy its bits
+  std::uint16_t d_bits;
+  float bias;         // exact value of the bias in fp32
+  bool bias_is_half;  // bias stored as an fp16 (Q4_1/Q5_1 m): copy its bits
   std::uint16_t bias_bits;
 };
+
+// Q4_K / Q5_K 6-bit sub-block scale and min j (ggml's get_scale_min_k4): 8 pairs packed in 12
+// bytes, the low 6 bits of bytes 0-7 for j < 4, nibbles of bytes 8-11 plus the top bits of
+// bytes 0-7 for j >= 4.
+void scale_min_k4(int j, const std::uint8_t* s, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// A Q4_K / Q5_K super-block (256 elements) as 8 affine groups of 32: x = (d*sc)*q - dmin*m.
+// Both products are exact in fp32 (11-bit fp16 mantissa times a 6-bit integer), so with float32
+// scales the mapping is exact; float16 rounds d*sc and dmin*m.
+void decode_kblock(TensorType t, const std::uint8_t* b, Block* out) {
+  const float d = half_at(b), dmin = half_at(b + 2);
+  const std::uint8_t* scales = b + 4;
+  const std::uint8_t* qh = t == TensorType::kQ5_K ? b + 16 : nullptr;
+  const std::uint8_t* qs = t == TensorType::kQ5_K ? b + 48 : b + 16;
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    scale_min_k4(j, scales, &sc, &m);
+    Block& o = out[j];
+    o.scale = d * static_cast<float>(sc);
+    o.scale_is_half = false;
+    o.bias = -(dmin * static_cast<float>(m));
+    o.bias_is_half = false;
+    // Sub-blocks 2c and 2c+1 are the low and high nibbles of qs[32c .. 32c+32).
+    const std::uint8_t* q = qs + 32 * (j / 2);
+    for (int l = 0; l < 32; ++l) {
+      std::uint8_t v = (j % 2 == 0) ? (q[l] & 0x0F) : (q[l] >> 4);
+      if (qh) v = static_cast<std::uint8_t>(v | (((qh[l] >> j) & 1) << 4));
+      o.q[l] = v;
+    }
+  }
+}
+
+// Q6_K (256 elements, 16 int8 scales of 16 elements each) dequantized to fp32 as ggml does.
+void dequant_q6_k(const std::uint8_t* b, float* y) {
+  const std::uint8_t* ql = b;
+  const std::uint8_t* qh = b + 128;
+  const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192);
+  const float d = half_at(b + 208);
+  for (int e = 0; e < 256; ++e) {
+    const int r = e / 32, l = e % 32, c = r / 4, s = r % 4;
+    const std::uint8_t lo = ql[64 * c + (s % 2) * 32 + l];
+    const int low = s < 2 ? (lo & 0x0F) : (lo >> 4);
+    const int high = (qh[32 * c + l] >> (2 * s)) & 3;
+    y[e] = d * static_cast<float>(sc[e / 16]) * static_cast<float>((low | (high << 4)) - 32);
+  }
+}
 
 int exact_bits(TensorType t) {
   switch (t) {
@@ -117,6 +175,10 @@ int exact_bits(TensorType t) {
       return 5;
     case TensorType::kQ8_0:
       return 8;
+    case TensorType::kQ4_K:
+      return 4;
+    case TensorType::kQ5_K:
+      return 5;
     default:
       return 0;
   }
@@ -125,6 +187,8 @@ int exact_bits(TensorType t) {
 void decode_block(TensorType t, const std::uint8_t* b, Block& o) {
   o.d_bits = half_bits_at(b);
   const float d = half_at(b);
+  o.scale = d;
+  o.scale_is_half = true;
   o.bias_is_half = false;
   switch (t) {
     case TensorType::kQ4_0:  // d, qs[16]: element j is the low nibble of qs[j], j+16 the high one
@@ -187,6 +251,10 @@ void pack_group(const std::uint8_t* q, int bits, std::uint32_t* out) {
 }
 
 // Stores fp32 `v` in `dt` (F32/F16/BF16) and says whether the stored value equals v.
+float round_stored(DType dt, float v) {
+  return dt == DType::kF32 ? v : dt == DType::kF16 ? f16(v).to_float() : bf16(v).to_float();
+}
+
 bool store(DType dt, float v, void* dst) {
   if (dt == DType::kF32) {
     std::memcpy(dst, &v, 4);
@@ -293,7 +361,7 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
                                                  "rope.scaling.type) is not supported yet");
 
   TokenizerFiles tok = build_tokenizer(*f, ctx);
-  const std::int64_t vocab =
+  const std::int64_t n_tokens =
       static_cast<std::int64_t>(f->get_string_array("tokenizer.ggml.tokens").size());
 
   const TensorInfo* embd = f->find_tensor("token_embd.weight");
@@ -301,6 +369,13 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
   if (embd->dims.size() != 2 || static_cast<std::int64_t>(embd->dims[0]) != hidden)
     throw_error(ErrorCategory::kBadInput,
                 path + ": token_embd.weight is not [vocab, " + std::to_string(hidden) + "]");
+  // The embedding's rows are the model's vocabulary (llama.cpp keeps padded rows); a tokenizer
+  // with more tokens than rows could emit ids the model cannot embed.
+  const std::int64_t vocab = static_cast<std::int64_t>(embd->dims[1]);
+  if (n_tokens > vocab)
+    throw_error(ErrorCategory::kBadInput,
+                path + ": the vocabulary has " + std::to_string(n_tokens) +
+                    " tokens but token_embd.weight only " + std::to_string(vocab) + " rows");
   const bool tied = f->find_tensor("output.weight") == nullptr;
 
   ConvertReport rep;
@@ -345,23 +420,30 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       auto* bp = static_cast<std::uint8_t*>(b.raw());
       bool exact = true;
       const std::size_t es = dtype_size(dt);
-      Block blk;
+      const bool k_quant = t.type == TensorType::kQ4_K || t.type == TensorType::kQ5_K;
+      const std::int64_t per_block = traits->block_size / kGroupSize;
+      const std::int64_t blocks = row_len / traits->block_size;
+      Block blk[8];
       for (std::int64_t r = 0; r < n_rows; ++r) {
         const std::uint8_t* src =
-            f->data(t) + static_cast<std::uint64_t>(src_row(r)) * groups * traits->type_size;
-        for (std::int64_t g = 0; g < groups; ++g) {
-          decode_block(t.type, src + g * traits->type_size, blk);
-          pack_group(blk.q, bits, wp + (r * groups + g) * bits);
-          const std::size_t at = static_cast<std::size_t>(r * groups + g) * es;
-          if (dt == DType::kF16) {
-            std::memcpy(sp + at, &blk.d_bits, 2);
-            if (blk.bias_is_half)
-              std::memcpy(bp + at, &blk.bias_bits, 2);
+            f->data(t) + static_cast<std::uint64_t>(src_row(r)) * blocks * traits->type_size;
+        for (std::int64_t bi = 0; bi < blocks; ++bi) {
+          if (k_quant)
+            decode_kblock(t.type, src + bi * traits->type_size, blk);
+          else
+            decode_block(t.type, src + bi * traits->type_size, blk[0]);
+          for (std::int64_t j = 0; j < per_block; ++j) {
+            const std::int64_t g = bi * per_block + j;
+            pack_group(blk[j].q, bits, wp + (r * groups + g) * bits);
+            const std::size_t at = static_cast<std::size_t>(r * groups + g) * es;
+            if (dt == DType::kF16 && blk[j].scale_is_half)
+              std::memcpy(sp + at, &blk[j].d_bits, 2);
             else
-              exact &= store(dt, blk.bias, bp + at);
-          } else {
-            exact &= store(dt, f16::from_bits(blk.d_bits).to_float(), sp + at);
-            exact &= store(dt, blk.bias, bp + at);
+              exact &= store(dt, blk[j].scale, sp + at);
+            if (dt == DType::kF16 && blk[j].bias_is_half)
+              std::memcpy(bp + at, &blk[j].bias_bits, 2);
+            else
+              exact &= store(dt, blk[j].bias, bp + at);
           }
         }
       }
@@ -373,6 +455,51 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       tr.bits = bits;
       tr.mapping = exact ? "exact affine" : "rounded scales";
       ++(exact ? rep.exact : rep.inexact);
+    } else if (t.type == TensorType::kQ6_K && t.dims.size() >= 2) {
+      // 16-element groups have no MLX form: dequantize as ggml does and requantize to affine
+      // 8-bit, group size 32, with MLX's quantizer; the largest error is reported.
+      const std::int64_t blocks = row_len / 256;
+      std::vector<float> x(static_cast<std::size_t>(n_rows * row_len));
+      for (std::int64_t r = 0; r < n_rows; ++r)
+        for (std::int64_t bi = 0; bi < blocks; ++bi)
+          dequant_q6_k(f->data(t) + (static_cast<std::uint64_t>(src_row(r)) * blocks + bi) * 210,
+                       x.data() + r * row_len + bi * 256);
+      QuantParams qp;
+      qp.bits = 8;
+      qp.group_size = kGroupSize;
+      const Tensor xf = Tensor::from_f32(x, {n_rows, row_len}, DType::kF32);
+      QuantizedTensor qt = quantize(xf, qp);
+      const std::int64_t groups = row_len / kGroupSize;
+      Shape wshape = shape, sshape = shape;
+      wshape.back() = row_len / 4;
+      sshape.back() = groups;
+      Tensor s = Tensor::empty(dt, sshape), b = Tensor::empty(dt, sshape);
+      const float* qs = qt.scales.data<float>();
+      const float* qb = qt.biases.data<float>();
+      const std::uint32_t* qw = qt.weight.data<std::uint32_t>();
+      const std::size_t es = dtype_size(dt);
+      double max_err = 0;
+      for (std::int64_t gi = 0; gi < n_rows * groups; ++gi) {
+        store(dt, qs[gi], static_cast<std::uint8_t*>(s.raw()) + gi * es);
+        store(dt, qb[gi], static_cast<std::uint8_t*>(b.raw()) + gi * es);
+        const float sc = round_stored(dt, qs[gi]), bs = round_stored(dt, qb[gi]);
+        for (int l = 0; l < kGroupSize; ++l) {
+          const std::int64_t e = gi * kGroupSize + l;
+          const float v = sc * static_cast<float>((qw[e / 4] >> (8 * (e % 4))) & 0xFF) + bs;
+          max_err =
+              std::max(max_err, static_cast<double>(std::fabs(v - x[static_cast<std::size_t>(e)])));
+        }
+      }
+      out.emplace_back(module + ".weight", qt.weight.reshape(wshape));
+      out.emplace_back(module + ".scales", s);
+      out.emplace_back(module + ".biases", b);
+      module_bits[module] = 8;
+      tr.mlx_name = module;
+      tr.bits = 8;
+      tr.mapping = "requantized";
+      tr.max_abs_error = max_err;
+      rep.max_requant_error = std::max(rep.max_requant_error, max_err);
+      ++rep.requantized;
     } else if (t.type == TensorType::kF32 || t.type == TensorType::kF16 ||
                t.type == TensorType::kBF16) {
       Tensor o = Tensor::empty(dt, shape);
@@ -397,11 +524,12 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       tr.mapping = copy ? "copy" : "cast";
       ++rep.dense;
     } else {
-      throw_error(ErrorCategory::kUnsupported,
-                  path + ": tensor " + t.name + " is " + tensor_type_name(t.type) +
-                      ", which has no exact MLX form (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
-                      "F16, BF16, F32); "
-                      "use a GGUF quantized with one of those, or convert the original checkpoint");
+      throw_error(
+          ErrorCategory::kUnsupported,
+          path + ": tensor " + t.name + " is " + tensor_type_name(t.type) +
+              ", which has no exact MLX form (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+              "F16, BF16, F32; Q4_K, Q5_K exact with --dtype float32; Q6_K requantized to 8-bit); "
+              "use a GGUF quantized with one of those, or convert the original checkpoint");
     }
     rep.tensors.push_back(tr);
   }
@@ -425,7 +553,7 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       {"head_dim", head_dim},
       {"rms_norm_eps", metadata_number(*f, p + "attention.layer_norm_rms_epsilon", 1e-6)},
       {"rope_theta", metadata_number(*f, p + "rope.freq_base", 10000.0)},
-      {"vocab_size", vocab},
+      {"vocab_size", vocab},  // the embedding's rows: may be padded past the tokenizer's
       {"tie_word_embeddings", tied},
       {"torch_dtype", dtype_config_name(dt)},
       {"hidden_act", "silu"}};
@@ -476,6 +604,7 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
               {"mlx_name", t.mlx_name},
               {"mapping", t.mapping}};
     if (t.bits) e["bits"] = t.bits;
+    if (t.mapping == "requantized") e["max_abs_error"] = t.max_abs_error;
     tensors.push_back(e);
   }
   write_json("mlxcel_convert.json", {{"source", fs::path(gguf_path).filename().string()},
@@ -483,6 +612,8 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
                                      {"dtype", dtype_config_name(dt)},
                                      {"exact_quantized", rep.exact},
                                      {"rounded_quantized", rep.inexact},
+                                     {"requantized", rep.requantized},
+                                     {"max_requantization_error", rep.max_requant_error},
                                      {"dense", rep.dense},
                                      {"tensors", tensors}});
   return rep;

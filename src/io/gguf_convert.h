@@ -9,7 +9,11 @@
 //   d < 0, d*q + bias is +0.0), so the mapping is lossless; float32 is lossless too (and runs
 //   in fp32 activations), bfloat16 rounds the scales.
 // - F32 / F16 / BF16 are cast to the output dtype (norms, biases, unquantized matrices).
-// - Other ggml types (K-quants, IQ*) are refused, naming the tensor and its type.
+// - Q4_K / Q5_K super-blocks are 8 groups of 32 with scale d*sc and bias -dmin*m: exact with
+//   float32 scales, rounded to float16/bfloat16 otherwise ("rounded scales").
+// - Q6_K (groups of 16) is dequantized and requantized to affine 8-bit, group size 32, with
+//   MLX's quantizer; the largest absolute error is reported.
+// - Other ggml types (Q2_K, Q3_K, IQ*, TQ*, MXFP4) are refused, naming the tensor and its type.
 // llama.cpp's converter permutes the q/k projection rows of llama-family models for its RoPE
 // layout; that permutation is undone here so the weights are in Hugging Face / MLX order.
 #include <cstdint>
@@ -28,8 +32,9 @@ struct TensorReport {
   std::string gguf_name;
   std::string mlx_name;  // the module path for quantized weights, else the tensor name
   std::string gguf_type;
-  std::string mapping;  // "exact affine", "cast", "copy", or "rounded scales"
-  int bits = 0;         // affine bits when quantized
+  std::string mapping;       // "exact affine", "cast", "copy", or "rounded scales"
+  int bits = 0;              // affine bits when quantized
+  double max_abs_error = 0;  // requantized tensors: largest |MLX value - ggml value|
 };
 
 struct ConvertReport {
@@ -37,8 +42,10 @@ struct ConvertReport {
   std::string model_type;    // config.json model_type
   std::vector<TensorReport> tensors;
   std::uint64_t bytes_written = 0;
-  std::size_t exact = 0;    // quantized tensors mapped losslessly
-  std::size_t inexact = 0;  // quantized tensors whose scales or biases were rounded
+  std::size_t exact = 0;        // quantized tensors mapped losslessly
+  std::size_t inexact = 0;      // quantized tensors whose scales or biases were rounded
+  std::size_t requantized = 0;  // Q6_K tensors, requantized to affine 8-bit
+  double max_requant_error = 0;
   std::size_t dense = 0;
 };
 

@@ -133,6 +133,15 @@ def test_sampling_without_seed_differs_run_to_run(server_model_dir, tmp_path):
         assert r.returncode == 0, r.stderr
         runs.append(json.loads(out.read_text())["tokens"])
     assert runs[0] != runs[1], "without --seed every run must draw a fresh seed"
+    # The seed is printed, and replaying it reproduces the run.
+    r = run("generate", server_model_dir, "-p", "Once upon a time", "-n", "24", "--temp", "1.5", "--ignore-eos",
+            "--output-ids", tmp_path / "a.json")
+    assert r.returncode == 0 and "| seed " in r.stderr, r.stderr
+    seed = r.stderr.split("| seed ")[1].split()[0]
+    r2 = run("generate", server_model_dir, "-p", "Once upon a time", "-n", "24", "--temp", "1.5", "--ignore-eos",
+             "-q", "--seed", seed, "--output-ids", tmp_path / "b.json")
+    assert r2.returncode == 0, r2.stderr
+    assert json.loads((tmp_path / "a.json").read_text()) == json.loads((tmp_path / "b.json").read_text())
 
 
 def test_model_folder_positional_or_flag_everywhere(server_model_dir, tmp_path):

@@ -25,8 +25,23 @@ def run(*args, timeout=120):
     return subprocess.run([str(CLI), *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
-def write_gguf(path, arch="llama", qtype=T.Q4_0, types=None, pre="smollm", extra=None, skip=()):
+K_QUANTS = {T.Q4_K: (144, [0, 2]), T.Q5_K: (176, [0, 2]), T.Q6_K: (210, [208])}
+
+
+def random_k_blocks(rng, rows, cols, t):
+    """Random super-blocks (the gguf package has no K-quant quantizer): any bytes are valid
+    levels and scales; the fp16 d (and dmin) fields get small finite values."""
+    size, halves = K_QUANTS[t]
+    q = rng.integers(0, 256, (rows, cols // 256, size), dtype=np.uint8)
+    for at in halves:
+        h = (rng.random((rows, cols // 256)) * 0.01).astype(np.float16)
+        q[:, :, at:at + 2] = h.view(np.uint8).reshape(rows, cols // 256, 2)
+    return q.reshape(rows, -1)
+
+
+def write_gguf(path, arch="llama", qtype=T.Q4_0, types=None, pre="smollm", extra=None, skip=(), ff=FF):
     """A tiny model whose weights are random and quantized by the gguf package."""
+    FF = ff
     rng = np.random.default_rng(7)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(LAYERS)
@@ -60,6 +75,8 @@ def write_gguf(path, arch="llama", qtype=T.Q4_0, types=None, pre="smollm", extra
         if arch == "qwen2":
             shapes |= {f"blk.{i}.attn_q.bias": (HEADS * hd,), f"blk.{i}.attn_k.bias": (KV * hd,),
                        f"blk.{i}.attn_v.bias": (KV * hd,)}
+        if arch == "qwen3":
+            shapes |= {f"blk.{i}.attn_q_norm.weight": (hd,), f"blk.{i}.attn_k_norm.weight": (hd,)}
     for name, shape in shapes.items():
         if name in skip:
             continue
@@ -73,6 +90,9 @@ def write_gguf(path, arch="llama", qtype=T.Q4_0, types=None, pre="smollm", extra
             w.add_tensor(name, x)
         elif t == T.F16:
             w.add_tensor(name, x.astype(np.float16))
+        elif t in K_QUANTS:
+            q = random_k_blocks(rng, shape[0], shape[1], t)
+            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=t)
         elif t == T.IQ4_NL:  # no quantizer in the gguf package; any bytes will do for a refusal
             q = np.zeros((shape[0], shape[1] // 32 * 18), np.uint8)
             w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=t)
@@ -102,7 +122,7 @@ def assert_same_bits(got, ref, name):
     assert bad.size == 0, f"{name}: {bad.size} values differ, first at {bad[0]}: {got.flat[bad[0]]!r} vs {ref.flat[bad[0]]!r}"
 
 
-def check_exact(gguf_path, out, arch="llama"):
+def check_exact(gguf_path, out, arch="llama", dense_dtype=np.float16):
     import mlx.core as mx
     mx.set_default_device(mx.cpu)
     ours = mx.load(str(out / "model.safetensors"))
@@ -115,7 +135,18 @@ def check_exact(gguf_path, out, arch="llama"):
         elif arch == "llama" and ".attn_k." in t.name:
             ref = unpermute(ref, KV)
         e = report[t.name]
-        if "bits" in e:
+        if e["mapping"] == "requantized":  # Q6_K: affine 8-bit, error as reported and small
+            got = np.array(mx.dequantize(ours[e["mlx_name"] + ".weight"], ours[e["mlx_name"] + ".scales"].astype(mx.float32),
+                                         ours[e["mlx_name"] + ".biases"].astype(mx.float32), group_size=32, bits=8))
+            err = float(np.abs(got - ref).max())
+            assert err <= e["max_abs_error"] * 1.0001 + 1e-12, (t.name, err, e["max_abs_error"])
+            # Our dequantization equals ggml's and our quantizer is MLX's: the tensors equal what
+            # mx.quantize makes of the gguf package's dequantized values, bit for bit.
+            wq, sq, bq = mx.quantize(mx.array(ref), group_size=32, bits=8)
+            assert np.array_equal(np.array(ours[e["mlx_name"] + ".weight"]), np.array(wq)), t.name
+            assert np.array_equal(np.array(ours[e["mlx_name"] + ".scales"]), np.array(sq)), t.name
+            assert np.array_equal(np.array(ours[e["mlx_name"] + ".biases"]), np.array(bq)), t.name
+        elif "bits" in e:
             got = np.array(mx.dequantize(ours[e["mlx_name"] + ".weight"], ours[e["mlx_name"] + ".scales"].astype(mx.float32),
                                          ours[e["mlx_name"] + ".biases"].astype(mx.float32), group_size=32,
                                          bits=e["bits"]))
@@ -123,7 +154,7 @@ def check_exact(gguf_path, out, arch="llama"):
             assert_same_bits(got, ref, t.name)
         else:
             got = np.array(ours[e["mlx_name"]].astype(mx.float32))
-            assert np.array_equal(got, ref.astype(np.float16).astype(np.float32)), t.name
+            assert np.array_equal(got, ref.astype(dense_dtype).astype(np.float32)), t.name
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0])
@@ -145,18 +176,37 @@ def test_exact_types_dequantize_like_gguf(tmp_path, qtype):
     assert r.returncode == 0 and "quantized tensors exact" in r.stdout, r.stdout + r.stderr
 
 
-def test_qwen2_with_biases_matches_mlx_lm(tmp_path):
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K])
+def test_k_quants(tmp_path, qtype):
+    """Q4_K/Q5_K are exact with float32 scales; Q6_K is requantized with its error reported."""
+    g = write_gguf(tmp_path / "k.gguf", qtype=T.Q8_0, ff=256,
+                   types={"blk.0.ffn_down.weight": qtype, "blk.1.ffn_down.weight": T.Q6_K})
+    r = run("convert", "--from-gguf", g, tmp_path / "out", "--dtype", "float32")
+    assert r.returncode == 0, r.stderr
+    assert "requantized 1 Q6_K tensors" in r.stderr, r.stderr
+    check_exact(g, tmp_path / "out", dense_dtype=np.float32)
+    r = run("generate", tmp_path / "out", "-p", "the", "-n", "4", "--ignore-eos", "-q")
+    assert r.returncode == 0, r.stderr
+    # float16 scales round d*sc: reported, not called exact.
+    r = run("convert", "--from-gguf", g, tmp_path / "out16")
+    assert r.returncode == 0 and "1 with rounded scales" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_qwen_matches_mlx_lm(tmp_path, arch):
+    """qwen2 (attention biases) and qwen3 (q/k norms): no q/k permutation, same tokens as mlx-lm."""
     import mlx.core as mx
     from mlx_lm.utils import load_model
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     from model_conformance import mlx_greedy
-    g = write_gguf(tmp_path / "q.gguf", arch="qwen2", qtype=T.Q8_0, pre="qwen2")
+    g = write_gguf(tmp_path / "q.gguf", arch=arch, qtype=T.Q8_0, pre="qwen2")
     out = tmp_path / "out"
     r = run("convert", "--from-gguf", g, out)
     assert r.returncode == 0, r.stderr
-    check_exact(g, out, arch="qwen2")
+    check_exact(g, out, arch=arch)
+    assert json.loads((out / "config.json").read_text())["model_type"] == arch
     mx.set_default_device(mx.cpu)
     model, _ = load_model(out)
     prompt = [5, 9, 12, 3, 30]

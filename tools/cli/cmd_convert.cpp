@@ -19,7 +19,8 @@ int cmd_convert(const std::vector<std::string>& args) {
   auto app_owner = make_app(
       "convert",
       "Converts a GGUF file (llama.cpp) into an MLX model folder.\n"
-      "Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 map exactly to MLX affine 4/5/8-bit, group size 32;\n"
+      "Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 map exactly to MLX affine 4/5/8-bit, group size 32\n"
+      "(Q4_K and Q5_K too with --dtype float32; Q6_K is requantized to 8-bit);\n"
       "F32/F16/BF16 tensors are cast to --dtype. The vocabulary becomes tokenizer.json.");
   CLI::App& app = *app_owner;
   app.add_option("--from-gguf", gguf, "the GGUF file to convert")->type_name("FILE")->required();
@@ -43,6 +44,10 @@ int cmd_convert(const std::vector<std::string>& args) {
                "tensors; %.1f MiB written to %s in %.1f s\n",
                gguf.c_str(), rep.architecture.c_str(), rep.model_type.c_str(), rep.exact,
                rep.inexact, rep.dense, rep.bytes_written / 1048576.0, out.c_str(), s);
+  if (rep.requantized > 0)
+    std::fprintf(stderr,
+                 "requantized %zu Q6_K tensors to affine 8-bit: largest absolute error %.3g\n",
+                 rep.requantized, rep.max_requant_error);
   return 0;
 }
 

@@ -173,9 +173,11 @@ std::string reply(Engine& e, const GenArgs& g, const std::vector<std::int32_t>& 
     std::fprintf(
         stderr,
         "prompt: %lld tokens (%lld cached), %.1f tok/s | generation: %zu tokens, %.1f tok/s "
-        "| finish: %s | peak memory: %.0f MiB\n",
+        "| finish: %s | peak memory: %.0f MiB%s\n",
         static_cast<long long>(res.prompt_tokens), static_cast<long long>(res.cached_prompt_tokens),
-        pp, res.tokens.size(), tg, res.finish_reason.c_str(), peak_rss_mib());
+        pp, res.tokens.size(), tg, res.finish_reason.c_str(), peak_rss_mib(),
+        // Sampling draws a fresh seed per run; printing it lets the user replay a run (--seed).
+        g.sampling.greedy() ? "" : (" | seed " + std::to_string(*g.sampling.seed)).c_str());
   }
   return answer;
 }
