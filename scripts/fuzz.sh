@@ -14,17 +14,22 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -I/usr/include)
 core=(src/core/error.cpp src/core/log.cpp src/core/dtype.cpp src/core/device.cpp src/core/tensor.cpp)
 
-"$CXX" "${flags[@]}" fuzz/fuzz_safetensors.cpp src/io/safetensors.cpp "${core[@]}" -o "$out/fuzz_safetensors"
-"$CXX" "${flags[@]}" fuzz/fuzz_model_config.cpp src/io/model_config.cpp src/quant/quant_params.cpp "${core[@]}" \
-  -o "$out/fuzz_model_config"
-"$CXX" "${flags[@]}" fuzz/fuzz_gguf.cpp src/io/gguf.cpp src/io/gguf_tokenizer.cpp "${core[@]}" -o "$out/fuzz_gguf"
+# Builds a target unless its binary is newer than every source and header it could use.
+build() {
+  local name=$1
+  shift
+  if [ -x "$out/$name" ] && [ -z "$(find src fuzz -newer "$out/$name" -print -quit)" ]; then return; fi
+  echo "fuzz: building $name"
+  "$CXX" "${flags[@]}" "$@" -o "$out/$name"
+}
 tokenizer=(src/tokenizer/*.cpp src/tokenizer/jinja/*.cpp -DPCRE2_CODE_UNIT_WIDTH=8)
-"$CXX" "${flags[@]}" fuzz/fuzz_openai_request.cpp src/server/openai_protocol.cpp src/server/api_error.cpp \
-  src/runtime/sampler.cpp "${core[@]}" -o "$out/fuzz_openai_request"
-"$CXX" "${flags[@]}" fuzz/fuzz_tokenizer_json.cpp "${tokenizer[@]}" "${core[@]}" -lpcre2-8 -lutf8proc \
-  -o "$out/fuzz_tokenizer_json"
-"$CXX" "${flags[@]}" fuzz/fuzz_chat_template.cpp "${tokenizer[@]}" "${core[@]}" -lpcre2-8 -lutf8proc \
-  -o "$out/fuzz_chat_template"
+build fuzz_safetensors fuzz/fuzz_safetensors.cpp src/io/safetensors.cpp "${core[@]}"
+build fuzz_model_config fuzz/fuzz_model_config.cpp src/io/model_config.cpp src/quant/quant_params.cpp "${core[@]}"
+build fuzz_gguf fuzz/fuzz_gguf.cpp src/io/gguf.cpp src/io/gguf_tokenizer.cpp "${core[@]}"
+build fuzz_openai_request fuzz/fuzz_openai_request.cpp src/server/openai_protocol.cpp src/server/api_error.cpp \
+  src/runtime/sampler.cpp "${core[@]}"
+build fuzz_tokenizer_json fuzz/fuzz_tokenizer_json.cpp "${tokenizer[@]}" "${core[@]}" -lpcre2-8 -lutf8proc
+build fuzz_chat_template fuzz/fuzz_chat_template.cpp "${tokenizer[@]}" "${core[@]}" -lpcre2-8 -lutf8proc
 [ "${1:-}" = "--build-only" ] && exit 0
 
 # Seed corpora: valid files in the layouts MLX and the reference writer produce, and configs.

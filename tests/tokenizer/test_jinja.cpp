@@ -183,3 +183,13 @@ TEST(JinjaLimits, DeepTemplateVariablesAreRefused) {
                 .find("deeper"),
             std::string::npos);
 }
+
+// Found by fuzz/fuzz_chat_template.cpp: a bad \x escape threw std::invalid_argument (not an
+// Error) out of the lexer; float-to-int conversions outside int64 were undefined.
+TEST(JinjaLimits, BadEscapesAndHugeFloatsAreErrors) {
+  EXPECT_NE(error_of("{{ '\\x * d' }}").find("invalid hexadecimal escape"), std::string::npos);
+  EXPECT_NE(error_of("{{ '\\U7fffffff' }}").find("beyond U+10FFFF"), std::string::npos);
+  EXPECT_NE(error_of("{{ 1e300|int }}").find("64-bit integer"), std::string::npos);
+  EXPECT_NE(error_of("{{ '%d' % 1e300 }}").find("64-bit integer"), std::string::npos);
+  EXPECT_EQ(render("{{ '1e300'|int(7) }} {{ 2.9|int }} {{ '\\x41' }}"), "7 2 A");
+}

@@ -168,6 +168,14 @@ bool norm_index(int64_t& i, size_t n) {
 bool is_int_like(const Value& v) { return v.kind == Kind::kInt || v.kind == Kind::kBool; }
 int64_t as_int(const Value& v) { return v.kind == Kind::kBool ? v.b : v.i; }
 
+// Python's int(float): truncation; a value outside int64 (or NaN / inf) is an error here, since
+// our integers are 64-bit and the C++ conversion would be undefined.
+int64_t float_to_int(double f) {
+  if (!(f > -9223372036854775808.0 && f < 9223372036854775808.0))
+    throw_error(ErrorCategory::kBadInput, "chat template error: cannot convert " + std::to_string(f) + " to a 64-bit integer");
+  return static_cast<int64_t>(f);
+}
+
 int64_t floordiv(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
@@ -829,7 +837,7 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b,
       if (f == '%') { out += '%'; continue; }
       if (vi >= vals.size()) fail(line, "not enough arguments for format string");
       const Value& v = vals[vi++];
-      if (f == 'd' || f == 'i') out += std::to_string(v.kind == Kind::kFloat ? static_cast<int64_t>(v.f) : as_int(v));
+      if (f == 'd' || f == 'i') out += std::to_string(v.kind == Kind::kFloat ? float_to_int(v.f) : as_int(v));
       else if (f == 'r') out += repr(v);
       else out += to_str(v);
     }
@@ -1105,7 +1113,7 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
     while (true) {
       size_t dot = path.find('.', b);
       std::string part = path.substr(b, dot == std::string::npos ? std::string::npos : dot - b);
-      bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+      bool digits = !part.empty() && part.size() < 19 && std::all_of(part.begin(), part.end(), ::isdigit);
       cur = digits ? get_item(cur, Value::integer(std::stoll(part)), line) : get_item(cur, Value::string(part), line);
       if (dot == std::string::npos) return cur;
       b = dot + 1;
@@ -1240,7 +1248,7 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
     const Value* def = arg(0, "default");
     Value d = def ? *def : Value::integer(0);
     if (v.kind == Kind::kInt || v.kind == Kind::kBool) return Value::integer(as_int(v));
-    if (v.kind == Kind::kFloat) return Value::integer(static_cast<int64_t>(v.f));
+    if (v.kind == Kind::kFloat) return Value::integer(float_to_int(v.f));
     if (v.is_string()) {
       try {
         size_t used = 0;
@@ -1248,7 +1256,8 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
         int64_t r = std::stoll(t, &used);
         if (used == t.size()) return Value::integer(r);
         double f = std::stod(t, &used);
-        if (used == t.size()) return Value::integer(static_cast<int64_t>(f));
+        if (used == t.size() && f > -9223372036854775808.0 && f < 9223372036854775808.0)
+          return Value::integer(static_cast<int64_t>(f));
       } catch (const std::exception&) {
       }
     }

@@ -226,7 +226,11 @@ class Lexer {
       char e = s_[pos_++];
       auto hex = [&](int n) {
         if (pos_ + n > s_.size()) syntax_error(line_, "truncated escape in string literal");
+        for (int k = 0; k < n; ++k)
+          if (!std::isxdigit(static_cast<unsigned char>(s_[pos_ + static_cast<size_t>(k)])))
+            syntax_error(line_, "invalid hexadecimal escape in string literal");
         char32_t v = static_cast<char32_t>(std::stoul(s_.substr(pos_, n), nullptr, 16));
+        if (v > 0x10FFFF) syntax_error(line_, "escape beyond U+10FFFF in string literal");
         pos_ += n;
         tok::append_utf8(out, v);
       };
