@@ -373,6 +373,12 @@ void copy_to_host(void* dst, const void* src, std::size_t bytes, const Stream& s
   s.synchronize("copy_to_host");
 }
 
+void copy_device_to_device(void* dst, const void* src, std::size_t bytes, const Stream& s) {
+  GPU_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToDevice,
+                           static_cast<gpuStream_t>(s.handle())),
+            "copy_device_to_device", s.device());
+}
+
 void memset_device(void* dst, int value, std::size_t bytes, const Stream& s) {
   GPU_CHECK(gpuMemsetAsync(dst, value, bytes, static_cast<gpuStream_t>(s.handle())),
             "memset_device", s.device());

@@ -120,6 +120,7 @@ class DeviceBuffer {
 
 void copy_to_device(void* dst, const void* src, std::size_t bytes, const Stream& s);
 void copy_to_host(void* dst, const void* src, std::size_t bytes, const Stream& s);
+void copy_device_to_device(void* dst, const void* src, std::size_t bytes, const Stream& s);
 void memset_device(void* dst, int value, std::size_t bytes, const Stream& s);
 
 }  // namespace mlxcel::gpu
