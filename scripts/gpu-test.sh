@@ -48,7 +48,7 @@ case "${1:-}" in
       f=$(basename "$d")
       [ -d "$fixtures/$f" ] || continue
       mkdir -p "$res/$f"
-      start=$(date +%s.%N)
+      start=$(date +%s)
       for w in w1 w8 w256; do
         "$bin" trace -m "$fixtures/$f" --tokens "$d/ids-$w.json" --width $w --device gpu \
           -o "$res/$f/gpu-$w.json" > "$res/$f/gpu-$w.log" 2>&1 || echo "$f $w: trace failed: $(tail -2 "$res/$f/gpu-$w.log")"
@@ -58,9 +58,9 @@ case "${1:-}" in
           --output-ids "$res/$f/gen-$dev.json" --device $dev > "$res/$f/gen-$dev.log" 2>&1 ||
           echo "$f generate $dev failed: $(tail -2 "$res/$f/gen-$dev.log")"
       done
-      echo "$f: $(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || true) s"
+      echo "$f: $(($(date +%s) - start)) s"
+      tar -C "$res" -czf "${OUT:-/tmp}/models.tar.gz" .  # after each fixture: a timeout keeps the rest
     done
-    tar -C "$res" -czf "${OUT:-/tmp}/models.tar.gz" .
     ;;
   *)
     echo "usage: scripts/gpu-test.sh build|run|models" >&2
