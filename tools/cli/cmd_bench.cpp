@@ -19,7 +19,7 @@
 
 #include "core/build_info.h"
 #include "core/error.h"
-#include "models/loader.h"
+#include "runtime/loader.h"
 #include "runtime/generator.h"
 #include "runtime/options.h"
 #include "tools/cli/command.h"
@@ -70,7 +70,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::string model_dir, csv;
   std::int64_t pp = 512, tg = 128;
   int repeats = 3;
-  models::LoadOptions load;
+  runtime::LoadOptions load;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> std::string {
@@ -89,7 +89,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     } else throw_error(ErrorCategory::kBadInput, "unknown option " + a);
   }
   if (model_dir.empty()) throw_error(ErrorCategory::kBadInput, "a model folder is required (-m DIR)");
-  auto lm = models::load_model(model_dir, load);
+  auto lm = runtime::load_model(model_dir, load);
   auto& model = *lm.model;
   const auto& cfg = model.config();
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -99,7 +99,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::mt19937 rng(0);
   std::vector<std::int32_t> prompt(static_cast<std::size_t>(pp));
   for (auto& t : prompt) t = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(cfg.vocab_size));
-  models::KvBlockPool pool(model.kv_config(runtime::blocks_for(pp + tg + 1, 32), 32));
+  runtime::KvBlockPool pool(model.kv_layout(runtime::blocks_for(pp + tg + 1, 32), 32), &model.backend());
   runtime::GenerationConfig gc;
   gc.max_tokens = tg;
   gc.ignore_eos = true;

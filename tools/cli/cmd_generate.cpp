@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "models/loader.h"
+#include "runtime/loader.h"
 #include "runtime/chat.h"
 #include "runtime/generator.h"
 #include "runtime/options.h"
@@ -30,7 +30,7 @@ struct GenArgs {
   bool no_chat_template = false, show_reasoning = false, ignore_eos = false, quiet = false;
   std::vector<std::string> stop;
   runtime::SamplingParams sampling;
-  models::LoadOptions load;
+  runtime::LoadOptions load;
 };
 
 void print_help(bool repl) {
@@ -109,19 +109,19 @@ double peak_rss_mib() {
 }
 
 struct Engine {
-  models::LoadedModel lm;
+  runtime::LoadedModel lm;
   runtime::ChatFormatter fmt;
-  std::unique_ptr<models::KvBlockPool> pool;
+  std::unique_ptr<runtime::KvBlockPool> pool;
   std::int64_t ctx = 0;
 };
 
 Engine open_engine(const GenArgs& g) {
-  auto lm = models::load_model(g.model, g.load);  // first: its errors name the folder and files
+  auto lm = runtime::load_model(g.model, g.load);  // first: its errors name the folder and files
   Engine e{std::move(lm), runtime::ChatFormatter::load(g.model), nullptr, 0};
   std::int64_t model_ctx = e.lm.model->config().context_length();
   e.ctx = g.ctx_size > 0 ? g.ctx_size : (model_ctx > 0 ? std::min<std::int64_t>(model_ctx, 32768) : 4096);
-  e.pool = std::make_unique<models::KvBlockPool>(
-      e.lm.model->kv_config(runtime::blocks_for(e.ctx, 32), 32));
+  e.pool = std::make_unique<runtime::KvBlockPool>(
+      e.lm.model->kv_layout(runtime::blocks_for(e.ctx, 32), 32), &e.lm.model->backend());
   return e;
 }
 

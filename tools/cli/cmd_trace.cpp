@@ -17,7 +17,7 @@
 
 #include "core/error.h"
 #include "io/npy.h"
-#include "models/loader.h"
+#include "runtime/loader.h"
 #include "runtime/generator.h"
 #include "runtime/options.h"
 #include "tools/cli/command.h"
@@ -38,7 +38,7 @@ int usage() {
 int cmd_trace(const std::vector<std::string>& args) {
   std::string model_dir, tokens_path, out_path, width = "w1", dump_dir;
   int top_k = 8;
-  models::LoadOptions load;
+  runtime::LoadOptions load;
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto next = [&]() -> std::string {
       if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, args[i] + " needs a value");
@@ -66,21 +66,21 @@ int cmd_trace(const std::vector<std::string>& args) {
   if (!j.is_array() || j.empty()) throw_error(ErrorCategory::kBadInput, tokens_path + ": not a JSON array of token ids");
   std::vector<std::int32_t> tokens = j.get<std::vector<std::int32_t>>();
 
-  auto lm = models::load_model(model_dir, load);
+  auto lm = runtime::load_model(model_dir, load);
   auto& model = *lm.model;
   int forward_no = 0;
   if (!dump_dir.empty()) {
     std::filesystem::create_directories(dump_dir);
-    model.tap = [&](const char* name, int layer, const float* data, std::int64_t rows,
-                    std::int64_t cols) {
+    model.set_tap([&](const char* name, int layer, const float* data, std::int64_t rows,
+                      std::int64_t cols) {
       char file[256];
       std::snprintf(file, sizeof file, "/%03d.%d.%s.npy", forward_no, layer, name);
       io::npy_save_f32(dump_dir + file, std::vector<float>(data, data + rows * cols), {rows, cols});
-    };
+    });
   }
   const std::int64_t n = static_cast<std::int64_t>(tokens.size());
-  models::KvBlockPool pool(model.kv_config(runtime::blocks_for(n + 1, 32), 32));
-  models::SequenceKv kv(pool);
+  runtime::KvBlockPool pool(model.kv_layout(runtime::blocks_for(n + 1, 32), 32), &model.backend());
+  runtime::SequenceKv kv(pool);
   const std::int64_t V = model.config().vocab_size;
 
   std::vector<std::pair<std::int64_t, std::int64_t>> chunks;  // [begin, end)
@@ -97,9 +97,9 @@ int cmd_trace(const std::vector<std::string>& args) {
   std::vector<std::vector<float>> logits;
   std::vector<std::int32_t> idx(static_cast<std::size_t>(V));
   for (auto [b, e] : chunks) {
-    std::vector<models::BatchItem> batch = {
+    std::vector<runtime::BatchItem> batch = {
         {&kv, std::span<const std::int32_t>(tokens).subspan(b, e - b), true}};
-    model.forward(batch, logits);
+    runtime::forward_step(model, batch, logits);
     ++forward_no;
     for (std::int64_t r = 0; r < e - b; ++r) {
       const float* row = logits[0].data() + r * V;
