@@ -49,15 +49,22 @@ case "${1:-}" in
       [ -d "$fixtures/$f" ] || continue
       mkdir -p "$res/$f"
       start=$(date +%s)
-      for w in w1 w8 w256; do
-        "$bin" trace -m "$fixtures/$f" --tokens "$d/ids-$w.json" --width $w --device gpu \
-          -o "$res/$f/gpu-$w.json" > "$res/$f/gpu-$w.log" 2>&1 || echo "$f $w: trace failed: $(tail -2 "$res/$f/gpu-$w.log")"
-      done
       for dev in gpu cpu; do
+        for w in w1 w8 w256; do
+          "$bin" trace -m "$fixtures/$f" --tokens "$d/ids-$w.json" --width $w --device $dev \
+            -o "$res/$f/$dev-$w.json" > "$res/$f/$dev-$w.log" 2>&1 ||
+            echo "$f $dev $w: trace failed: $(tail -2 "$res/$f/$dev-$w.log")"
+        done
         "$bin" generate -m "$fixtures/$f" --prompt-ids "$d/prompt.json" -n 32 --ignore-eos -q \
           --output-ids "$res/$f/gen-$dev.json" --device $dev > "$res/$f/gen-$dev.log" 2>&1 ||
           echo "$f generate $dev failed: $(tail -2 "$res/$f/gen-$dev.log")"
       done
+      # The CPU engine's margins along its own greedy sequence: where GPU and CPU greedy part,
+      # was the CPU's choice decided (top-1 - top-2 >= 2.0)?
+      python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); g=json.load(open(sys.argv[2]))["tokens"]; json.dump(p+g, open(sys.argv[3],"w"))' \
+        "$d/prompt.json" "$res/$f/gen-cpu.json" "$res/$f/greedy-seq.json" &&
+        "$bin" trace -m "$fixtures/$f" --tokens "$res/$f/greedy-seq.json" --width w1 --device cpu \
+          -o "$res/$f/cpu-greedy.json" > /dev/null 2>&1
       echo "$f: $(($(date +%s) - start)) s"
       tar -C "$res" -czf "${OUT:-/tmp}/models.tar.gz" .  # after each fixture: a timeout keeps the rest
     done

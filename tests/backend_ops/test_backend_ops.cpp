@@ -571,7 +571,8 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
             std::ostringstream s;
             s << tag(act) << " head_dim " << hd << " rope " << rc.name << " window " << window
               << (si == 0 ? " prefill T=73" : " decode T=2");
-            EXPECT_CLOSE("rope_kv_append(q,k) " + s.str(), read(gpu, xg), read(cpu, xc), bound(act, 1));
+            // f32: CUDA/HIP and glibc cosf/sinf differ by up to 2 ulp at angles of tens of radians.
+            EXPECT_CLOSE("rope_kv_append(q,k) " + s.str(), read(gpu, xg), read(cpu, xc), bound(act, act == DType::kF32 ? 3 : 1));
             Act og = mg.act(gpu, act, std::vector<float>(T * qn), T, qn);
             Act oc = mc.act(cpu, act, std::vector<float>(T * qn), T, qn);
             const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
