@@ -322,10 +322,12 @@ float Event::elapsed_ms(const Event& start) const {
 }
 
 Allocator& Allocator::for_device(int device) {
-  static std::mutex mu;
-  static std::map<int, std::unique_ptr<CachingAllocator>> registry;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& slot = registry[device];
+  // Never destroyed: buffers owned by other statics (a backend held for a whole test binary)
+  // are released during static destruction, after a destructible registry would be gone.
+  static auto* mu = new std::mutex;
+  static auto* registry = new std::map<int, std::unique_ptr<CachingAllocator>>;
+  std::lock_guard<std::mutex> lock(*mu);
+  auto& slot = (*registry)[device];
   if (!slot) slot = std::make_unique<CachingAllocator>(device);
   return *slot;
 }
