@@ -46,16 +46,17 @@ Backend& cpu_backend() {
   return be;
 }
 
-#define DUT_OR_SKIP()                          \
-  MLXCEL_REQUIRE_GPU_OR_SKIP();                \
-  Backend& gpu = *dut();                       \
+#define DUT_OR_SKIP()           \
+  MLXCEL_REQUIRE_GPU_OR_SKIP(); \
+  Backend& gpu = *dut();        \
   Backend& cpu = cpu_backend()
 
 // Keeps every buffer of a test case alive.
 struct Mem {
   std::vector<std::unique_ptr<DeviceBuffer>> bufs;
   void* raw(Backend& be, const void* src, std::size_t bytes) {
-    bufs.push_back(std::make_unique<DeviceBuffer>(be.allocate(MemoryKind::kWorkspace, std::max<std::size_t>(bytes, 4))));
+    bufs.push_back(std::make_unique<DeviceBuffer>(
+        be.allocate(MemoryKind::kWorkspace, std::max<std::size_t>(bytes, 4))));
     if (bytes) be.copy(bufs.back()->data(), src, bytes, CopyKind::kHostToDevice);
     return bufs.back()->data();
   }
@@ -70,23 +71,33 @@ struct Mem {
     const std::int64_t stride = cols + pad;
     std::vector<std::uint8_t> host(static_cast<std::size_t>(rows * stride) * dtype_size(st));
     for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c < cols; ++c) put(st, host.data(), r * stride + c, vals[r * cols + c]);
+      for (std::int64_t c = 0; c < cols; ++c)
+        put(st, host.data(), r * stride + c, vals[r * cols + c]);
     return Act{raw(be, host.data(), host.size()), st, rows, cols, stride};
   }
   static void put(DType t, void* p, std::int64_t i, float v) {
     switch (t) {
-      case DType::kBF16: static_cast<bf16*>(p)[i] = bf16(v); break;
-      case DType::kF16: static_cast<f16*>(p)[i] = f16(v); break;
-      default: static_cast<float*>(p)[i] = v; break;
+      case DType::kBF16:
+        static_cast<bf16*>(p)[i] = bf16(v);
+        break;
+      case DType::kF16:
+        static_cast<f16*>(p)[i] = f16(v);
+        break;
+      default:
+        static_cast<float*>(p)[i] = v;
+        break;
     }
   }
 };
 
 float get(DType t, const void* p, std::int64_t i) {
   switch (t) {
-    case DType::kBF16: return static_cast<const bf16*>(p)[i].to_float();
-    case DType::kF16: return static_cast<const f16*>(p)[i].to_float();
-    default: return static_cast<const float*>(p)[i];
+    case DType::kBF16:
+      return static_cast<const bf16*>(p)[i].to_float();
+    case DType::kF16:
+      return static_cast<const f16*>(p)[i].to_float();
+    default:
+      return static_cast<const float*>(p)[i];
   }
 }
 
@@ -96,7 +107,8 @@ std::vector<float> read(Backend& be, const Act& a) {
   if (a.rows) be.copy(host.data(), a.data, host.size(), CopyKind::kDeviceToHost);
   std::vector<float> out(static_cast<std::size_t>(a.rows * a.cols));
   for (std::int64_t r = 0; r < a.rows; ++r)
-    for (std::int64_t c = 0; c < a.cols; ++c) out[r * a.cols + c] = get(a.dtype, host.data(), r * a.stride + c);
+    for (std::int64_t c = 0; c < a.cols; ++c)
+      out[r * a.cols + c] = get(a.dtype, host.data(), r * a.stride + c);
   return out;
 }
 
@@ -136,7 +148,9 @@ double nerr(const std::vector<float>& got, const std::vector<float>& want) {
 // Per-op bound in units of the activation dtype's rounding step: ops round once (or twice, for
 // the gated activation and the MoE combine) after fp32 work done in another order than the CPU.
 double bound(DType act, double ulps) {
-  const double u = act == DType::kBF16 ? std::ldexp(1.0, -8) : act == DType::kF16 ? std::ldexp(1.0, -11) : 2e-6;
+  const double u = act == DType::kBF16  ? std::ldexp(1.0, -8)
+                   : act == DType::kF16 ? std::ldexp(1.0, -11)
+                                        : 2e-6;
   return ulps * u;
 }
 
@@ -151,11 +165,11 @@ void report(const std::string& sig, double err, double lim) {
   }
 }
 
-#define EXPECT_CLOSE(sig, got, want, lim)                                          \
-  do {                                                                             \
-    const double e_ = nerr(got, want);                                             \
-    report(sig, e_, lim);                                                          \
-    EXPECT_LE(e_, lim) << sig;                                                     \
+#define EXPECT_CLOSE(sig, got, want, lim) \
+  do {                                    \
+    const double e_ = nerr(got, want);    \
+    report(sig, e_, lim);                 \
+    EXPECT_LE(e_, lim) << sig;            \
   } while (0)
 
 const DType kActs[] = {DType::kF32, DType::kBF16, DType::kF16};
@@ -177,8 +191,11 @@ struct WeightFormat {
   std::string str() const {
     std::ostringstream s;
     s << qmode_name(mode);
-    if (mode == QMode::kNone) s << "-" << dtype_name(dtype);
-    else s << bits << "-gs" << group_size << (mode == QMode::kAffine ? std::string("-") + std::string(dtype_name(dtype)) : "");
+    if (mode == QMode::kNone)
+      s << "-" << dtype_name(dtype);
+    else
+      s << bits << "-gs" << group_size
+        << (mode == QMode::kAffine ? std::string("-") + std::string(dtype_name(dtype)) : "");
     return s.str();
   }
 };
@@ -215,7 +232,8 @@ HostMatrix random_matrix(std::mt19937& rng, const WeightFormat& f, std::int64_t 
   m.k = k;
   m.experts = experts;
   const std::int64_t rows = n * experts;
-  auto fill_floats = [&](std::vector<std::uint8_t>& out, DType t, std::int64_t count, float mean, float sd) {
+  auto fill_floats = [&](std::vector<std::uint8_t>& out, DType t, std::int64_t count, float mean,
+                         float sd) {
     out.resize(static_cast<std::size_t>(count) * dtype_size(t));
     std::normal_distribution<float> d(mean, sd);
     for (std::int64_t i = 0; i < count; ++i) Mem::put(t, out.data(), i, d(rng));
@@ -237,7 +255,8 @@ HostMatrix random_matrix(std::mt19937& rng, const WeightFormat& f, std::int64_t 
     m.scales.resize(static_cast<std::size_t>(groups));
     // E8M0 around 2^-5 (mx), E4M3 around 0.1 (nv): outputs of order one.
     std::uniform_int_distribution<int> e8(118, 124), e4(0x18, 0x28);
-    for (auto& s : m.scales) s = static_cast<std::uint8_t>(f.mode == QMode::kNvfp4 ? e4(rng) : e8(rng));
+    for (auto& s : m.scales)
+      s = static_cast<std::uint8_t>(f.mode == QMode::kNvfp4 ? e4(rng) : e8(rng));
   }
   return m;
 }
@@ -266,7 +285,8 @@ Matrix upload_matrix(Backend& be, Mem& mem, const HostMatrix& h) {
 OpSignature weight_sig(Op op, DType act, const WeightFormat& f) {
   OpSignature s = sig_of(op, act);
   s.qmode = f.mode;
-  s.weight_dtype = f.mode == QMode::kNone ? f.dtype : (f.mode == QMode::kAffine ? f.dtype : DType::kU8);
+  s.weight_dtype =
+      f.mode == QMode::kNone ? f.dtype : (f.mode == QMode::kAffine ? f.dtype : DType::kU8);
   s.bits = f.bits;
   s.group_size = f.group_size;
   return s;
@@ -284,7 +304,9 @@ TEST(BackendOps, RmsNorm) {
       report("rms_norm " + tag(act), -1, 0);
       continue;
     }
-    struct C { std::int64_t rows, cols, heads, pad; };
+    struct C {
+      std::int64_t rows, cols, heads, pad;
+    };
     for (C c : {C{1, 1, 1, 0}, C{3, 31, 1, 2}, C{32, 32, 1, 0}, C{33, 33, 1, 0}, C{5, 576, 1, 7},
                 C{2, 1536, 1, 0}, C{1, 4097, 1, 0}, C{7, 9 * 64, 9, 3 * 64}, C{31, 3 * 128, 3, 0},
                 C{2, 2 * 256, 2, 0}}) {
@@ -292,14 +314,15 @@ TEST(BackendOps, RmsNorm) {
       auto x = randn(rng, static_cast<std::size_t>(c.rows * c.cols), 1.5f, act);
       auto w = randn(rng, static_cast<std::size_t>(c.cols / c.heads), 1.0f, DType::kF32);
       for (int inplace = 0; inplace < 2; ++inplace) {
-        Act xg = mg.act(gpu, act, x, c.rows, c.cols, c.pad), xc = mc.act(cpu, act, x, c.rows, c.cols, c.pad);
+        Act xg = mg.act(gpu, act, x, c.rows, c.cols, c.pad),
+            xc = mc.act(cpu, act, x, c.rows, c.cols, c.pad);
         Act yg = inplace ? xg : mg.act(gpu, act, std::vector<float>(x.size()), c.rows, c.cols);
         Act yc = inplace ? xc : mc.act(cpu, act, std::vector<float>(x.size()), c.rows, c.cols);
         gpu.rms_norm({xg, mg.vec(gpu, w), 1e-5f, yg, act, c.heads});
         cpu.rms_norm({xc, mc.vec(cpu, w), 1e-5f, yc, act, c.heads});
         std::ostringstream s;
-        s << "rms_norm " << tag(act) << " rows " << c.rows << " cols " << c.cols << " heads " << c.heads
-          << " pad " << c.pad << (inplace ? " inplace" : "");
+        s << "rms_norm " << tag(act) << " rows " << c.rows << " cols " << c.cols << " heads "
+          << c.heads << " pad " << c.pad << (inplace ? " inplace" : "");
         EXPECT_CLOSE(s.str(), read(gpu, yg), read(cpu, yc), bound(act, 2));
       }
     }
@@ -310,7 +333,8 @@ TEST(BackendOps, AddAndAddRmsNorm) {
   DUT_OR_SKIP();
   std::mt19937 rng(2);
   for (DType act : kActs) {
-    for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {31, 33}, {32, 576}, {33, 1536}}) {
+    for (auto [rows, cols] :
+         {std::pair<std::int64_t, std::int64_t>{1, 1}, {31, 33}, {32, 576}, {33, 1536}}) {
       Mem mg, mc;
       auto a = randn(rng, static_cast<std::size_t>(rows * cols), 2.0f, act);
       auto b = randn(rng, a.size(), 1.0f, act);
@@ -344,7 +368,8 @@ TEST(BackendOps, GatedActivation) {
   for (DType act : kActs) {
     if (!gpu.supports(sig_of(Op::kGatedActivation, act))) continue;
     for (Activation fn : {Activation::kSilu, Activation::kGeluApprox}) {
-      for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 33}, {31, 1536}, {33, 576}}) {
+      for (auto [rows, cols] :
+           {std::pair<std::int64_t, std::int64_t>{1, 33}, {31, 1536}, {33, 576}}) {
         Mem mg, mc;
         auto g = randn(rng, static_cast<std::size_t>(rows * cols), 3.0f, act);
         auto u = randn(rng, g.size(), 1.0f, act);
@@ -390,8 +415,10 @@ TEST(BackendOps, EmbedAndGatherRows) {
       std::vector<std::int32_t> ids = {0, 96, 5, 5, 17, 42, 95, 1, 33};
       for (float scale : {1.0f, bf16(std::sqrt(static_cast<float>(dim))).to_float()}) {
         Mem mg, mc;
-        Act og = mg.act(gpu, act, std::vector<float>(ids.size() * dim), static_cast<std::int64_t>(ids.size()), dim);
-        Act oc = mc.act(cpu, act, std::vector<float>(ids.size() * dim), static_cast<std::int64_t>(ids.size()), dim);
+        Act og = mg.act(gpu, act, std::vector<float>(ids.size() * dim),
+                        static_cast<std::int64_t>(ids.size()), dim);
+        Act oc = mc.act(cpu, act, std::vector<float>(ids.size() * dim),
+                        static_cast<std::int64_t>(ids.size()), dim);
         EmbedArgs eg, ec;
         eg.table = upload_matrix(gpu, mg, h);
         ec.table = upload_matrix(cpu, mc, h);
@@ -429,7 +456,9 @@ TEST(BackendOps, EmbedAndGatherRows) {
 TEST(BackendOps, Linear) {
   DUT_OR_SKIP();
   std::mt19937 rng(5);
-  struct Shape { std::int64_t k, n; };
+  struct Shape {
+    std::int64_t k, n;
+  };
   const Shape shapes[] = {{576, 1536}, {1536, 576}, {256, 33}};
   const std::int64_t ms[] = {1, 3, 8, 9, 31, 32, 33, 200};
   int ran = 0, skipped = 0;
@@ -462,7 +491,8 @@ TEST(BackendOps, Linear) {
           std::ostringstream s;
           s << "linear " << sig.str() << " m " << m << " k " << sh.k << " n " << sh.n
             << (with_bias ? " bias" : "") << (pad ? " strided" : "");
-          EXPECT_CLOSE(s.str(), read(gpu, yg), read(cpu, yc), act == DType::kF32 ? 2e-5 : bound(act, 2));
+          EXPECT_CLOSE(s.str(), read(gpu, yg), read(cpu, yc),
+                       act == DType::kF32 ? 2e-5 : bound(act, 2));
           ++ran;
         }
       }
@@ -498,7 +528,8 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
       for (const RopeCase& rc : ropes) {
         for (std::int64_t window : {std::int64_t{0}, std::int64_t{5}}) {
           if (window && std::string(rc.name) != "base") continue;
-          const OpSignature sr = sig_of(Op::kRopeKvAppend, act, hd), sa = sig_of(Op::kAttention, act, hd);
+          const OpSignature sr = sig_of(Op::kRopeKvAppend, act, hd),
+                            sa = sig_of(Op::kAttention, act, hd);
           if (!gpu.supports(sr) || !gpu.supports(sa)) {
             report("rope/attention SKIPPED " + sr.str(), -1, 0);
             continue;
@@ -518,7 +549,8 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
           kc.base = mc.raw(cpu, zero.data(), zero.size());
           std::vector<float> freqs(static_cast<std::size_t>(hd / rc.dims_div / 2));
           for (std::size_t i = 0; i < freqs.size(); ++i)
-            freqs[i] = std::pow(500000.0f, 2.0f * static_cast<float>(i) / static_cast<float>(hd / rc.dims_div)) *
+            freqs[i] = std::pow(500000.0f, 2.0f * static_cast<float>(i) /
+                                               static_cast<float>(hd / rc.dims_div)) *
                        (i % 3 == 0 ? 8.0f : 1.0f);
           RopeTable rt;
           rt.dims = hd / rc.dims_div;
@@ -527,16 +559,25 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
           rt.scale = rc.scale;
           rt.input_scale = rc.input_scale;
           const std::vector<std::int32_t> table = {0, 1, 2, 5, 3, 4};  // [2 seqs, 3 blocks]
-          struct Step { std::vector<std::int32_t> pos, seq; };
+          struct Step {
+            std::vector<std::int32_t> pos, seq;
+          };
           std::vector<Step> steps(2);
-          for (int i = 0; i < 33; ++i) { steps[0].pos.push_back(i); steps[0].seq.push_back(0); }
-          for (int i = 0; i < 40; ++i) { steps[0].pos.push_back(i); steps[0].seq.push_back(1); }
+          for (int i = 0; i < 33; ++i) {
+            steps[0].pos.push_back(i);
+            steps[0].seq.push_back(0);
+          }
+          for (int i = 0; i < 40; ++i) {
+            steps[0].pos.push_back(i);
+            steps[0].seq.push_back(1);
+          }
           steps[1].pos = {33, 40};
           steps[1].seq = {0, 1};
           for (std::size_t si = 0; si < steps.size(); ++si) {
             const Step& st = steps[si];
             const std::int64_t T = static_cast<std::int64_t>(st.pos.size());
-            std::vector<std::int32_t> lens = si == 0 ? std::vector<std::int32_t>{33, 40} : std::vector<std::int32_t>{34, 41};
+            std::vector<std::int32_t> lens =
+                si == 0 ? std::vector<std::int32_t>{33, 40} : std::vector<std::int32_t>{34, 41};
             auto view = [&](Backend& be, Mem& mem) {
               StepView v;
               v.n_tokens = T;
@@ -557,22 +598,44 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
             // q, k, v as column slices of one qkv row, as the fused projection writes them.
             const std::int64_t qn = Hq * hd, kn = Hk * hd;
             auto qkv = randn(rng, static_cast<std::size_t>(T * (qn + 2 * kn)), 1.0f, act);
-            Act xg = mg.act(gpu, act, qkv, T, qn + 2 * kn), xc = mc.act(cpu, act, qkv, T, qn + 2 * kn);
+            Act xg = mg.act(gpu, act, qkv, T, qn + 2 * kn),
+                xc = mc.act(cpu, act, qkv, T, qn + 2 * kn);
             RopeTable tg = rt, tc = rt;
             if (rc.freqs) {
               tg.freqs = mg.vec(gpu, freqs);
               tc.freqs = mc.vec(cpu, freqs);
               tg.host_freqs = tc.host_freqs = freqs.data();
             }
-            RopeKvAppendArgs rg{xg.sub(0, qn), xg.sub(qn, kn), xg.sub(qn + kn, kn), Hq, Hk, hd, tg, kg, layer, vg, act};
-            RopeKvAppendArgs rcpu{xc.sub(0, qn), xc.sub(qn, kn), xc.sub(qn + kn, kn), Hq, Hk, hd, tc, kc, layer, vc, act};
+            RopeKvAppendArgs rg{xg.sub(0, qn),
+                                xg.sub(qn, kn),
+                                xg.sub(qn + kn, kn),
+                                Hq,
+                                Hk,
+                                hd,
+                                tg,
+                                kg,
+                                layer,
+                                vg,
+                                act};
+            RopeKvAppendArgs rcpu{xc.sub(0, qn),
+                                  xc.sub(qn, kn),
+                                  xc.sub(qn + kn, kn),
+                                  Hq,
+                                  Hk,
+                                  hd,
+                                  tc,
+                                  kc,
+                                  layer,
+                                  vc,
+                                  act};
             gpu.rope_kv_append(rg);
             cpu.rope_kv_append(rcpu);
             std::ostringstream s;
             s << tag(act) << " head_dim " << hd << " rope " << rc.name << " window " << window
               << (si == 0 ? " prefill T=73" : " decode T=2");
             // f32: CUDA/HIP and glibc cosf/sinf differ by up to 2 ulp at angles of tens of radians.
-            EXPECT_CLOSE("rope_kv_append(q,k) " + s.str(), read(gpu, xg), read(cpu, xc), bound(act, act == DType::kF32 ? 3 : 1));
+            EXPECT_CLOSE("rope_kv_append(q,k) " + s.str(), read(gpu, xg), read(cpu, xc),
+                         bound(act, act == DType::kF32 ? 3 : 1));
             Act og = mg.act(gpu, act, std::vector<float>(T * qn), T, qn);
             Act oc = mc.act(cpu, act, std::vector<float>(T * qn), T, qn);
             const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -581,11 +644,13 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
             EXPECT_CLOSE("attention " + s.str(), read(gpu, og), read(cpu, oc), bound(act, 4));
           }
           // The whole pool (both layers: layer 0 must stay untouched).
-          Act pg{kg.base, act, 1, static_cast<std::int64_t>(kv.bytes() / dtype_size(act)), static_cast<std::int64_t>(kv.bytes() / dtype_size(act))};
+          Act pg{kg.base, act, 1, static_cast<std::int64_t>(kv.bytes() / dtype_size(act)),
+                 static_cast<std::int64_t>(kv.bytes() / dtype_size(act))};
           Act pc{kc.base, act, pg.rows, pg.cols, pg.stride};
           std::ostringstream s;
           s << "kv_cache " << tag(act) << " head_dim " << hd << " rope " << rc.name;
-          EXPECT_CLOSE(s.str(), read(gpu, pg), read(cpu, pc), bound(act, act == DType::kF32 ? 3 : 1));
+          EXPECT_CLOSE(s.str(), read(gpu, pg), read(cpu, pc),
+                       bound(act, act == DType::kF32 ? 3 : 1));
         }
       }
     }

@@ -10,8 +10,8 @@
 namespace mlxcel::gpu {
 namespace {
 
-constexpr int kWarps = 4;        // heads per block
-constexpr int kMaxDim = 256;     // head_dim and v_dim limit
+constexpr int kWarps = 4;     // heads per block
+constexpr int kMaxDim = 256;  // head_dim and v_dim limit
 constexpr int kVPerLane = kMaxDim / MLXCEL_WARP_SIZE;
 
 struct AttnParams {
@@ -40,7 +40,8 @@ __global__ void attention_kernel(AttnParams p) {
   const int h = blockIdx.y * kWarps + warp;
   const bool active = h < p.n_heads;
   if (active) {
-    const T* q = static_cast<const T*>(p.q) + t * p.q_stride + static_cast<std::int64_t>(h) * p.head_dim;
+    const T* q =
+        static_cast<const T*>(p.q) + t * p.q_stride + static_cast<std::int64_t>(h) * p.head_dim;
     for (int d = lane; d < p.head_dim; d += MLXCEL_WARP_SIZE) qs[warp][d] = to_f32(q[d]) * p.scale;
   }
   __syncthreads();
@@ -48,16 +49,20 @@ __global__ void attention_kernel(AttnParams p) {
   const int g = h / (p.n_heads / p.n_kv_heads);
   const std::int64_t pos = p.positions[t];
   const std::int64_t first = p.window > 0 && pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
-  const std::int32_t* table = p.block_tables + static_cast<std::int64_t>(p.seq_of_token[t]) * p.max_blocks;
+  const std::int32_t* table =
+      p.block_tables + static_cast<std::int64_t>(p.seq_of_token[t]) * p.max_blocks;
   auto k_row = [&](std::int64_t j) {
     const std::int64_t blk = table[j / p.block_size], off = j % p.block_size;
     const char* b = p.base + static_cast<std::size_t>(blk) * p.block_bytes + p.layer_offset;
-    return reinterpret_cast<const KT*>(b) + (static_cast<std::int64_t>(g) * p.block_size + off) * p.head_dim;
+    return reinterpret_cast<const KT*>(b) +
+           (static_cast<std::int64_t>(g) * p.block_size + off) * p.head_dim;
   };
   auto v_row = [&](std::int64_t j) {
     const std::int64_t blk = table[j / p.block_size], off = j % p.block_size;
-    const char* b = p.base + static_cast<std::size_t>(blk) * p.block_bytes + p.layer_offset + p.k_block_bytes;
-    return reinterpret_cast<const KT*>(b) + (static_cast<std::int64_t>(g) * p.block_size + off) * p.v_dim;
+    const char* b =
+        p.base + static_cast<std::size_t>(blk) * p.block_bytes + p.layer_offset + p.k_block_bytes;
+    return reinterpret_cast<const KT*>(b) +
+           (static_cast<std::int64_t>(g) * p.block_size + off) * p.v_dim;
   };
   float m = -INFINITY, l = 0.0f;
   float acc[kVPerLane];
@@ -111,7 +116,8 @@ void attention(const backend::AttentionArgs& a, const Stream& s) {
   if (kv.head_dim > kMaxDim || kv.v_dim > kMaxDim)
     throw_error(ErrorCategory::kUnsupported,
                 "attention: head_dim " + std::to_string(kv.head_dim) + " / v_dim " +
-                    std::to_string(kv.v_dim) + " above the GPU kernel's 256; run with --device cpu");
+                    std::to_string(kv.v_dim) +
+                    " above the GPU kernel's 256; run with --device cpu");
   MLXCEL_CHECK(a.q.dtype == a.out.dtype && a.n_heads % kv.n_kv_heads == 0, ErrorCategory::kInternal,
                "gpu attention: dtype or head mismatch");
   AttnParams p;

@@ -59,33 +59,56 @@ enum WFmt : int {
 __host__ __device__ constexpr bool fmt_dense(int f) { return f <= kDenseBf16; }
 __host__ __device__ constexpr bool fmt_affine(int f) { return f >= kAffine2 && f <= kAffine8; }
 __host__ __device__ constexpr int fmt_bits(int f) {
-  return f == kAffine2 ? 2 : f == kAffine3 ? 3 : f == kAffine4 ? 4 : f == kAffine5 ? 5
-       : f == kAffine6 ? 6 : f == kAffine8 ? 8 : f == kMxfp4 ? 4 : f == kMxfp8 ? 8 : f == kNvfp4 ? 4 : 0;
+  return f == kAffine2   ? 2
+         : f == kAffine3 ? 3
+         : f == kAffine4 ? 4
+         : f == kAffine5 ? 5
+         : f == kAffine6 ? 6
+         : f == kAffine8 ? 8
+         : f == kMxfp4   ? 4
+         : f == kMxfp8   ? 8
+         : f == kNvfp4   ? 4
+                         : 0;
 }
 
 // The kernel format of a matrix, or -1 when no kernel exists (supports() answers from this).
-inline int wfmt_of(backend::QMode mode, DType w_dtype, int bits, int group_size, DType scales_dtype) {
+inline int wfmt_of(backend::QMode mode, DType w_dtype, int bits, int group_size,
+                   DType scales_dtype) {
   using backend::QMode;
-  auto float_dtype = [](DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; };
+  auto float_dtype = [](DType t) {
+    return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+  };
   switch (mode) {
     case QMode::kNone:
-      return w_dtype == DType::kF32 ? kDenseF32 : w_dtype == DType::kF16 ? kDenseF16
-           : w_dtype == DType::kBF16 ? kDenseBf16 : -1;
+      return w_dtype == DType::kF32    ? kDenseF32
+             : w_dtype == DType::kF16  ? kDenseF16
+             : w_dtype == DType::kBF16 ? kDenseBf16
+                                       : -1;
     case QMode::kAffine:
       if (!float_dtype(scales_dtype) || (group_size != 32 && group_size != 64 && group_size != 128))
         return -1;
       switch (bits) {
-        case 2: return kAffine2;
-        case 3: return kAffine3;
-        case 4: return kAffine4;
-        case 5: return kAffine5;
-        case 6: return kAffine6;
-        case 8: return kAffine8;
-        default: return -1;
+        case 2:
+          return kAffine2;
+        case 3:
+          return kAffine3;
+        case 4:
+          return kAffine4;
+        case 5:
+          return kAffine5;
+        case 6:
+          return kAffine6;
+        case 8:
+          return kAffine8;
+        default:
+          return -1;
       }
-    case QMode::kMxfp4: return bits == 4 && group_size == 32 ? kMxfp4 : -1;
-    case QMode::kMxfp8: return bits == 8 && group_size == 32 ? kMxfp8 : -1;
-    case QMode::kNvfp4: return bits == 4 && group_size == 16 ? kNvfp4 : -1;
+    case QMode::kMxfp4:
+      return bits == 4 && group_size == 32 ? kMxfp4 : -1;
+    case QMode::kMxfp8:
+      return bits == 8 && group_size == 32 ? kMxfp8 : -1;
+    case QMode::kNvfp4:
+      return bits == 4 && group_size == 16 ? kNvfp4 : -1;
   }
   return -1;
 }
@@ -93,8 +116,9 @@ inline int wfmt_of(backend::QMode mode, DType w_dtype, int bits, int group_size,
 // FP4 E2M1 without a lookup table (a local array would live in scratch on AMD targets).
 __device__ __forceinline__ float e2m1(std::uint32_t c) {
   const std::uint32_t e = (c >> 1) & 3u, m = c & 1u;
-  const float mag = e == 0 ? 0.5f * static_cast<float>(m)
-                           : (1.0f + 0.5f * static_cast<float>(m)) * static_cast<float>(1u << (e - 1));
+  const float mag = e == 0
+                        ? 0.5f * static_cast<float>(m)
+                        : (1.0f + 0.5f * static_cast<float>(m)) * static_cast<float>(1u << (e - 1));
   return (c & 8u) ? -mag : mag;
 }
 // Codes MLX decodes to inf / NaN (E8M0 255, E4M3 0x7F / 0xFF) count as 0, as the CPU kernels do.
@@ -137,7 +161,8 @@ __device__ __forceinline__ void decode_unit(const void* w, const void* scales, c
                                             int scales_code, int group_size, std::int64_t k,
                                             std::int64_t n, std::int64_t u, float (&v)[32]) {
   if constexpr (fmt_dense(F)) {
-    using T = std::conditional_t<F == kDenseF32, float, std::conditional_t<F == kDenseF16, f16, bf16>>;
+    using T =
+        std::conditional_t<F == kDenseF32, float, std::conditional_t<F == kDenseF16, f16, bf16>>;
     const T* row = static_cast<const T*>(w) + n * k;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
@@ -184,19 +209,23 @@ __device__ __forceinline__ void decode_unit(const void* w, const void* scales, c
 template <typename Fn>
 void dispatch_act(DType t, const char* op, Fn&& fn) {
   switch (t) {
-    case DType::kF32: fn(float{}); return;
-    case DType::kBF16: fn(bf16{}); return;
-    case DType::kF16: fn(f16{}); return;
+    case DType::kF32:
+      fn(float{});
+      return;
+    case DType::kBF16:
+      fn(bf16{});
+      return;
+    case DType::kF16:
+      fn(f16{});
+      return;
     default:
-      throw_error(ErrorCategory::kUnsupported,
-                  std::string(op) + ": activation dtype " + std::string(dtype_name(t)) +
-                      " has no GPU kernel (F32, BF16 or F16)");
+      throw_error(ErrorCategory::kUnsupported, std::string(op) + ": activation dtype " +
+                                                   std::string(dtype_name(t)) +
+                                                   " has no GPU kernel (F32, BF16 or F16)");
   }
 }
 
-inline void check_launch(const char* op, int device) {
-  GPU_CHECK(gpuGetLastError(), op, device);
-}
+inline void check_launch(const char* op, int device) { GPU_CHECK(gpuGetLastError(), op, device); }
 
 inline unsigned blocks_for(std::int64_t n, int per_block) {
   return static_cast<unsigned>((n + per_block - 1) / per_block);

@@ -18,8 +18,8 @@ __global__ void add_kernel(const T* a, const T* b, T* y, Rows r, int round) {
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t row = i / r.cols, c = i % r.cols;
-    store(y, row * r.y_stride + c, to_f32(a[row * r.a_stride + c]) + to_f32(b[row * r.b_stride + c]),
-          round);
+    store(y, row * r.y_stride + c,
+          to_f32(a[row * r.a_stride + c]) + to_f32(b[row * r.b_stride + c]), round);
   }
 }
 
@@ -60,9 +60,9 @@ void add(const backend::AddArgs& a, const Stream& s) {
   auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.y.dtype, "add", [&](auto tag) {
     using T = decltype(tag);
-    add_kernel<T><<<grid_for(n), kThreads, 0, st>>>(static_cast<const T*>(a.a.data),
-                                                    static_cast<const T*>(a.b.data),
-                                                    static_cast<T*>(a.y.data), r, round_code(a.round));
+    add_kernel<T><<<grid_for(n), kThreads, 0, st>>>(
+        static_cast<const T*>(a.a.data), static_cast<const T*>(a.b.data), static_cast<T*>(a.y.data),
+        r, round_code(a.round));
   });
   check_launch("add", s.device());
 }

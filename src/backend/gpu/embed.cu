@@ -9,11 +9,13 @@ namespace {
 constexpr int kThreads = 256;
 
 // Element j of an MLX-packed row (LSB-first bitstream, values may straddle words).
-__device__ __forceinline__ std::uint32_t code_at(const std::uint32_t* row, std::int64_t j, int bits) {
+__device__ __forceinline__ std::uint32_t code_at(const std::uint32_t* row, std::int64_t j,
+                                                 int bits) {
   const std::uint64_t bit = static_cast<std::uint64_t>(j) * static_cast<std::uint64_t>(bits);
   const std::uint64_t wi = bit >> 5, sh = bit & 31;
   std::uint64_t v = row[wi] >> sh;
-  if (sh + static_cast<std::uint64_t>(bits) > 32) v |= static_cast<std::uint64_t>(row[wi + 1]) << (32 - sh);
+  if (sh + static_cast<std::uint64_t>(bits) > 32)
+    v |= static_cast<std::uint64_t>(row[wi + 1]) << (32 - sh);
   return static_cast<std::uint32_t>(v & ((1ull << bits) - 1));
 }
 
@@ -36,8 +38,7 @@ __global__ void embed_kernel(EmbedParams p) {
   const std::int64_t dim = p.t.k;
   T* o = static_cast<T*>(p.out) + i * p.out_stride;
   const auto mode = static_cast<backend::QMode>(p.mode);
-  const std::uint32_t* row =
-      static_cast<const std::uint32_t*>(p.t.w) + id * (dim * p.bits / 32);
+  const std::uint32_t* row = static_cast<const std::uint32_t*>(p.t.w) + id * (dim * p.bits / 32);
   for (std::int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
     float v;
     if (mode == backend::QMode::kNone) {
@@ -78,9 +79,9 @@ void embed(const backend::EmbedArgs& a, const Stream& s) {
   if (a.n <= 0) return;
   const backend::Matrix& t = a.table;
   if (!weight_format_supported(t.mode, t.w_dtype, t.bits, t.group_size, t.scales_dtype))
-    throw_error(ErrorCategory::kUnsupported,
-                std::string("embed: no GPU kernel for table format ") + backend::qmode_name(t.mode) +
-                    "; run with --device cpu");
+    throw_error(ErrorCategory::kUnsupported, std::string("embed: no GPU kernel for table format ") +
+                                                 backend::qmode_name(t.mode) +
+                                                 "; run with --device cpu");
   EmbedParams p;
   p.ids = a.ids;
   p.t = wview(t);

@@ -72,8 +72,12 @@ void GpuBackend::copy(void* dst, const void* src, std::size_t bytes, backend::Co
         // The host source may be reused as soon as we return (step metadata, weight staging).
         stream_->synchronize("copy to device");
         break;
-      case backend::CopyKind::kDeviceToHost: copy_to_host(dst, src, bytes, *stream_); break;
-      case backend::CopyKind::kDeviceToDevice: copy_device_to_device(dst, src, bytes, *stream_); break;
+      case backend::CopyKind::kDeviceToHost:
+        copy_to_host(dst, src, bytes, *stream_);
+        break;
+      case backend::CopyKind::kDeviceToDevice:
+        copy_device_to_device(dst, src, bytes, *stream_);
+        break;
     }
   } catch (const Error& e) {
     throw_error(e.category(), std::string(e.what()) + " (last op launched: " + last_op_ + ")");
@@ -104,15 +108,21 @@ void* GpuBackend::scratch(std::size_t bytes) {
   return scratch_.data();
 }
 
-void GpuBackend::embed(const backend::EmbedArgs& a) { run("embed", [&] { kernels::embed(a, *stream_); }); }
+void GpuBackend::embed(const backend::EmbedArgs& a) {
+  run("embed", [&] { kernels::embed(a, *stream_); });
+}
 void GpuBackend::rms_norm(const backend::RmsNormArgs& a) {
   run("rms_norm", [&] { kernels::rms_norm(a, *stream_); });
 }
-void GpuBackend::add(const backend::AddArgs& a) { run("add", [&] { kernels::add(a, *stream_); }); }
+void GpuBackend::add(const backend::AddArgs& a) {
+  run("add", [&] { kernels::add(a, *stream_); });
+}
 void GpuBackend::add_rms_norm(const backend::AddRmsNormArgs& a) {
   run("add_rms_norm", [&] { kernels::add_rms_norm(a, *stream_); });
 }
-void GpuBackend::linear(const backend::LinearArgs& a) { run("linear", [&] { kernels::linear(a, *stream_); }); }
+void GpuBackend::linear(const backend::LinearArgs& a) {
+  run("linear", [&] { kernels::linear(a, *stream_); });
+}
 void GpuBackend::rope_kv_append(const backend::RopeKvAppendArgs& a) {
   run("rope_kv_append", [&] { kernels::rope_kv_append(a, *stream_); });
 }
@@ -126,7 +136,8 @@ void GpuBackend::moe_route(const backend::MoeRouteArgs& a) {
   run("moe_route", [&] { kernels::moe_route(a, *stream_); });
 }
 void GpuBackend::moe_experts(const backend::MoeExpertsArgs& a) {
-  run("moe_experts", [&] { kernels::moe_experts(a, scratch(kernels::moe_experts_scratch_bytes(a)), *stream_); });
+  run("moe_experts",
+      [&] { kernels::moe_experts(a, scratch(kernels::moe_experts_scratch_bytes(a)), *stream_); });
 }
 void GpuBackend::gather_rows(const backend::GatherRowsArgs& a) {
   run("gather_rows", [&] { kernels::gather_rows(a, *stream_); });

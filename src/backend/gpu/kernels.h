@@ -13,16 +13,16 @@ namespace mlxcel::gpu::kernels {
 bool weight_format_supported(backend::QMode mode, DType w_dtype, int bits, int group_size,
                              DType scales_dtype);
 
-void embed(const backend::EmbedArgs& a, const Stream& s);                        // embed.cu
-void gather_rows(const backend::GatherRowsArgs& a, const Stream& s);             // embed.cu
-void rms_norm(const backend::RmsNormArgs& a, const Stream& s);                   // rms_norm.cu
-void add_rms_norm(const backend::AddRmsNormArgs& a, const Stream& s);            // rms_norm.cu
-void add(const backend::AddArgs& a, const Stream& s);                            // elementwise.cu
-void gated_activation(const backend::GatedActivationArgs& a, const Stream& s);   // elementwise.cu
-void linear(const backend::LinearArgs& a, const Stream& s);                      // linear.cu
-void rope_kv_append(const backend::RopeKvAppendArgs& a, const Stream& s);        // rope.cu
-void attention(const backend::AttentionArgs& a, const Stream& s);                // attention.cu
-void moe_route(const backend::MoeRouteArgs& a, const Stream& s);                 // moe.cu
+void embed(const backend::EmbedArgs& a, const Stream& s);                       // embed.cu
+void gather_rows(const backend::GatherRowsArgs& a, const Stream& s);            // embed.cu
+void rms_norm(const backend::RmsNormArgs& a, const Stream& s);                  // rms_norm.cu
+void add_rms_norm(const backend::AddRmsNormArgs& a, const Stream& s);           // rms_norm.cu
+void add(const backend::AddArgs& a, const Stream& s);                           // elementwise.cu
+void gated_activation(const backend::GatedActivationArgs& a, const Stream& s);  // elementwise.cu
+void linear(const backend::LinearArgs& a, const Stream& s);                     // linear.cu
+void rope_kv_append(const backend::RopeKvAppendArgs& a, const Stream& s);       // rope.cu
+void attention(const backend::AttentionArgs& a, const Stream& s);               // attention.cu
+void moe_route(const backend::MoeRouteArgs& a, const Stream& s);                // moe.cu
 // Scratch: moe_experts_scratch_bytes(a) bytes of device memory.
 std::size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a);
 void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& s);  // moe.cu

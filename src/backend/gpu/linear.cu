@@ -189,9 +189,9 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   const int fmt = wfmt_of(m.mode, m.w_dtype, m.bits, m.group_size, m.scales_dtype);
   if (fmt < 0)
     throw_error(ErrorCategory::kUnsupported,
-                std::string("linear: no GPU kernel for weight format ") + backend::qmode_name(m.mode) +
-                    " " + std::to_string(m.bits) + "-bit gs " + std::to_string(m.group_size) +
-                    "; run with --device cpu");
+                std::string("linear: no GPU kernel for weight format ") +
+                    backend::qmode_name(m.mode) + " " + std::to_string(m.bits) + "-bit gs " +
+                    std::to_string(m.group_size) + "; run with --device cpu");
   if (m.mode != backend::QMode::kNone && m.k % 32 != 0)
     throw_error(ErrorCategory::kUnsupported,
                 "linear: quantized GPU kernels need K % 32 == 0, got K = " + std::to_string(m.k) +

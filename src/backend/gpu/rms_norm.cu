@@ -14,9 +14,8 @@ namespace {
 constexpr int kBlock = 256;  // a multiple of 64 so wave64 targets also fill whole waves
 
 template <typename T>
-__global__ void rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                T* __restrict__ y, std::int64_t cols, std::int64_t stride,
-                                float eps) {
+__global__ void rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                std::int64_t cols, std::int64_t stride, float eps) {
   const std::int64_t row = blockIdx.x;
   const T* xr = x + row * stride;
   float ss = 0.0f;
@@ -83,16 +82,19 @@ void rms_norm(const void* x, const void* w, void* y, std::int64_t rows, std::int
               std::int64_t x_row_stride, float eps, DType dtype, const Stream& s) {
   if (rows == 0 || cols == 0) return;
   switch (dtype) {
-    case DType::kF32: return launch_rms<float>(x, w, y, rows, cols, x_row_stride, eps, s);
-    case DType::kBF16: return launch_rms<bf16>(x, w, y, rows, cols, x_row_stride, eps, s);
-    case DType::kF16: return launch_rms<f16>(x, w, y, rows, cols, x_row_stride, eps, s);
-    default: bad_dtype("rms_norm", dtype);
+    case DType::kF32:
+      return launch_rms<float>(x, w, y, rows, cols, x_row_stride, eps, s);
+    case DType::kBF16:
+      return launch_rms<bf16>(x, w, y, rows, cols, x_row_stride, eps, s);
+    case DType::kF16:
+      return launch_rms<f16>(x, w, y, rows, cols, x_row_stride, eps, s);
+    default:
+      bad_dtype("rms_norm", dtype);
   }
 }
 
-void add_rms_norm(const void* x, const void* residual, const void* w, void* y,
-                  void* residual_out, std::int64_t rows, std::int64_t cols, float eps,
-                  DType dtype, const Stream& s) {
+void add_rms_norm(const void* x, const void* residual, const void* w, void* y, void* residual_out,
+                  std::int64_t rows, std::int64_t cols, float eps, DType dtype, const Stream& s) {
   if (rows == 0 || cols == 0) return;
   switch (dtype) {
     case DType::kF32:
@@ -101,7 +103,8 @@ void add_rms_norm(const void* x, const void* residual, const void* w, void* y,
       return launch_add_rms<bf16>(x, residual, w, y, residual_out, rows, cols, eps, s);
     case DType::kF16:
       return launch_add_rms<f16>(x, residual, w, y, residual_out, rows, cols, eps, s);
-    default: bad_dtype("add_rms_norm", dtype);
+    default:
+      bad_dtype("add_rms_norm", dtype);
   }
 }
 

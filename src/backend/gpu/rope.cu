@@ -64,7 +64,9 @@ template <typename T, typename KT>
 __global__ void kv_append_kernel(AppendParams p) {
   const std::int64_t t = blockIdx.x;
   const std::int64_t pos = p.positions[t];
-  const std::int64_t blk = p.block_tables[static_cast<std::int64_t>(p.seq_of_token[t]) * p.max_blocks + pos / p.block_size];
+  const std::int64_t blk =
+      p.block_tables[static_cast<std::int64_t>(p.seq_of_token[t]) * p.max_blocks +
+                     pos / p.block_size];
   const std::int64_t off = pos % p.block_size;
   char* kb = p.base + static_cast<std::size_t>(blk) * p.block_bytes + p.layer_offset;
   KT* kc = reinterpret_cast<KT*>(kb);
@@ -74,11 +76,13 @@ __global__ void kv_append_kernel(AppendParams p) {
   const int nk = p.n_kv_heads * p.head_dim, nv = p.n_kv_heads * p.v_dim;
   for (int i = threadIdx.x; i < nk; i += blockDim.x) {
     const int g = i / p.head_dim, d = i % p.head_dim;
-    kc[(static_cast<std::int64_t>(g) * p.block_size + off) * p.head_dim + d] = from_f32<KT>(to_f32(k[i]));
+    kc[(static_cast<std::int64_t>(g) * p.block_size + off) * p.head_dim + d] =
+        from_f32<KT>(to_f32(k[i]));
   }
   for (int i = threadIdx.x; i < nv; i += blockDim.x) {
     const int g = i / p.v_dim, d = i % p.v_dim;
-    vc[(static_cast<std::int64_t>(g) * p.block_size + off) * p.v_dim + d] = from_f32<KT>(to_f32(v[i]));
+    vc[(static_cast<std::int64_t>(g) * p.block_size + off) * p.v_dim + d] =
+        from_f32<KT>(to_f32(v[i]));
   }
 }
 
@@ -116,7 +120,8 @@ void rope_kv_append(const backend::RopeKvAppendArgs& a, const Stream& s) {
   p.v_stride = a.v.stride;
   p.base = static_cast<char*>(a.kv.base);
   p.block_bytes = a.kv.block_bytes();
-  p.layer_offset = static_cast<std::size_t>(a.layer) * (a.kv.k_block_bytes() + a.kv.v_block_bytes());
+  p.layer_offset =
+      static_cast<std::size_t>(a.layer) * (a.kv.k_block_bytes() + a.kv.v_block_bytes());
   p.k_block_bytes = a.kv.k_block_bytes();
   p.n_kv_heads = a.kv.n_kv_heads;
   p.head_dim = a.kv.head_dim;
@@ -129,7 +134,8 @@ void rope_kv_append(const backend::RopeKvAppendArgs& a, const Stream& s) {
   auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.q.dtype, "rope_kv_append", [&](auto tag) {
     using T = decltype(tag);
-    rope_kernel<T><<<dim3(static_cast<unsigned>(a.step.n_tokens), a.n_heads + a.n_kv_heads), kThreads, 0, st>>>(r);
+    rope_kernel<T><<<dim3(static_cast<unsigned>(a.step.n_tokens), a.n_heads + a.n_kv_heads),
+                     kThreads, 0, st>>>(r);
   });
   check_launch("rope_kv_append (rope)", s.device());
   dispatch_act(a.q.dtype, "rope_kv_append", [&](auto tag) {

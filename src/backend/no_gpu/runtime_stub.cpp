@@ -63,8 +63,8 @@ void rms_norm(const void*, const void*, void*, std::int64_t, std::int64_t, std::
               DType, const Stream&) {
   no_gpu("rms_norm");
 }
-void add_rms_norm(const void*, const void*, const void*, void*, void*, std::int64_t,
-                  std::int64_t, float, DType, const Stream&) {
+void add_rms_norm(const void*, const void*, const void*, void*, void*, std::int64_t, std::int64_t,
+                  float, DType, const Stream&) {
   no_gpu("add_rms_norm");
 }
 
