@@ -14,9 +14,11 @@ using backend::Op;
 using backend::OpSignature;
 
 GpuBackend::GpuBackend(BackendKind kind, int device) : kind_(kind), device_(device) {
-  use_device(device);  // bad_input / unsupported with the reason
+  // use_device validates (bad_input / unsupported with the reason) and leaves `device` current;
+  // list_devices visits every device, so it runs first.
   std::string why;
   auto devs = list_devices(&why);
+  use_device(device);
   name_ = std::string(backend_name(kind)) + ":" + std::to_string(device) + " " + devs[device].name +
           " (" + devs[device].arch + ")";
   stream_ = std::make_unique<Stream>(device);
