@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/gpu/factory.h"
 #include "core/error.h"
 
 namespace mlxcel::backend {
@@ -125,10 +126,7 @@ std::unique_ptr<Backend> create_backend(BackendKind kind, Numerics numerics) {
     throw_error(ErrorCategory::kUnsupported,
                 "--numerics mlx reproduces MLX's CPU arithmetic and runs only on the CPU; use "
                 "--device cpu with it, or drop --numerics on the GPU");
-  throw_error(ErrorCategory::kUnsupported,
-              std::string("the ") + std::string(backend_name(kind)) +
-                  " backend does not run models yet (its ops are not implemented in this build); "
-                  "use --device cpu");
+  return gpu::create_gpu_backend(kind);
 }
 
 }  // namespace mlxcel::backend

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/gpu/runtime.h"
 #include "core/error.h"
 
 namespace mlxcel::runtime {
@@ -61,6 +62,23 @@ bool parse_sampling_flag(const std::vector<std::string>& args, std::size_t& i, S
 bool parse_load_flag(const std::vector<std::string>& args, std::size_t& i,
                      LoadOptions& o) {
   const std::string& a = args[i];
+  if (a == "--device") {
+    if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, "--device needs a value (cpu or gpu)");
+    const std::string& v = args[++i];
+    if (v == "cpu") {
+      o.backend = BackendKind::kCpu;
+    } else if (v == "gpu") {
+      // The one GPU backend this binary was built with (DESIGN.md: a build has at most one).
+      o.backend = gpu::compiled_backend();
+      if (o.backend == BackendKind::kCpu)
+        throw_error(ErrorCategory::kUnsupported,
+                    "--device gpu: this mlxcel was built without a GPU backend (MLXCEL_GPU=none); "
+                    "use --device cpu or rebuild with the cuda or rocm preset");
+    } else if (!parse_backend(v, &o.backend)) {
+      throw_error(ErrorCategory::kBadInput, "--device must be cpu or gpu, got '" + v + "'");
+    }
+    return true;
+  }
   if (a != "--numerics") return false;
   if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, a + " needs a value (fast or mlx)");
   const std::string& v = args[++i];
@@ -70,7 +88,9 @@ bool parse_load_flag(const std::vector<std::string>& args, std::size_t& i,
 }
 
 const char* load_flags_help() {
-  return "  --numerics fast|mlx    fast: fp32 accumulation (default); mlx: reproduce MLX's CPU\n"
+  return "  --device cpu|gpu       where the model runs (default cpu for now; gpu = the GPU backend\n"
+         "                         this binary was built with, cuda or rocm)\n"
+         "  --numerics fast|mlx    fast: fp32 accumulation (default); mlx: reproduce MLX's CPU\n"
          "                         backend bit for bit (quantized matmuls accumulate in bf16/f16)\n";
 }
 

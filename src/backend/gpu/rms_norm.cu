@@ -2,7 +2,9 @@
 // reduction then a shared-memory pass across warps. Same source for CUDA and HIP.
 #include <string>
 
+#include "backend/gpu/common.cuh"
 #include "backend/gpu/compat.h"
+#include "backend/gpu/kernels.h"
 #include "backend/gpu/reduce.cuh"
 #include "backend/gpu/rms_norm.h"
 
@@ -12,9 +14,8 @@ namespace {
 constexpr int kBlock = 256;  // a multiple of 64 so wave64 targets also fill whole waves
 
 template <typename T>
-__global__ void rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                T* __restrict__ y, std::int64_t cols, std::int64_t stride,
-                                float eps) {
+__global__ void rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                std::int64_t cols, std::int64_t stride, float eps) {
   const std::int64_t row = blockIdx.x;
   const T* xr = x + row * stride;
   float ss = 0.0f;
@@ -81,16 +82,19 @@ void rms_norm(const void* x, const void* w, void* y, std::int64_t rows, std::int
               std::int64_t x_row_stride, float eps, DType dtype, const Stream& s) {
   if (rows == 0 || cols == 0) return;
   switch (dtype) {
-    case DType::kF32: return launch_rms<float>(x, w, y, rows, cols, x_row_stride, eps, s);
-    case DType::kBF16: return launch_rms<bf16>(x, w, y, rows, cols, x_row_stride, eps, s);
-    case DType::kF16: return launch_rms<f16>(x, w, y, rows, cols, x_row_stride, eps, s);
-    default: bad_dtype("rms_norm", dtype);
+    case DType::kF32:
+      return launch_rms<float>(x, w, y, rows, cols, x_row_stride, eps, s);
+    case DType::kBF16:
+      return launch_rms<bf16>(x, w, y, rows, cols, x_row_stride, eps, s);
+    case DType::kF16:
+      return launch_rms<f16>(x, w, y, rows, cols, x_row_stride, eps, s);
+    default:
+      bad_dtype("rms_norm", dtype);
   }
 }
 
-void add_rms_norm(const void* x, const void* residual, const void* w, void* y,
-                  void* residual_out, std::int64_t rows, std::int64_t cols, float eps,
-                  DType dtype, const Stream& s) {
+void add_rms_norm(const void* x, const void* residual, const void* w, void* y, void* residual_out,
+                  std::int64_t rows, std::int64_t cols, float eps, DType dtype, const Stream& s) {
   if (rows == 0 || cols == 0) return;
   switch (dtype) {
     case DType::kF32:
@@ -99,8 +103,93 @@ void add_rms_norm(const void* x, const void* residual, const void* w, void* y,
       return launch_add_rms<bf16>(x, residual, w, y, residual_out, rows, cols, eps, s);
     case DType::kF16:
       return launch_add_rms<f16>(x, residual, w, y, residual_out, rows, cols, eps, s);
-    default: bad_dtype("add_rms_norm", dtype);
+    default:
+      bad_dtype("add_rms_norm", dtype);
   }
 }
 
+}  // namespace mlxcel::gpu
+
+// --- Op-layer forms (backend::RmsNormArgs / AddRmsNormArgs) -----------------------------------
+// Strided rows, `heads` slices per row (qk-norm), an fp32 weight and the op's rounding, with the
+// CPU backend's semantics: y = round(round(x * r) * w) for half activations, x * r * w for F32.
+namespace mlxcel::gpu {
+namespace {
+
+template <typename T>
+__global__ void rms_norm_act_kernel(const T* x, std::int64_t x_stride, const float* w, T* y,
+                                    std::int64_t y_stride, std::int64_t heads, std::int64_t hd,
+                                    float eps, int round) {
+  const std::int64_t row = blockIdx.x / heads, h = blockIdx.x % heads;
+  const T* xr = x + row * x_stride + h * hd;
+  T* yr = y + row * y_stride + h * hd;
+  float ss = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < hd; c += blockDim.x) {
+    const float v = to_f32(xr[c]);
+    ss += v * v;
+  }
+  ss = block_sum<kBlock>(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + eps);
+  for (std::int64_t c = threadIdx.x; c < hd; c += blockDim.x)
+    store(yr, c, rnd(to_f32(xr[c]) * inv, round) * w[c], round);
+}
+
+template <typename T>
+__global__ void add_rms_norm_act_kernel(T* h, std::int64_t h_stride, const T* d,
+                                        std::int64_t d_stride, const float* w, T* y,
+                                        std::int64_t y_stride, std::int64_t cols, float eps,
+                                        int round) {
+  const std::int64_t row = blockIdx.x;
+  T* hr = h + row * h_stride;
+  const T* dr = d + row * d_stride;
+  float ss = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = rnd(to_f32(hr[c]) + to_f32(dr[c]), round);
+    hr[c] = from_f32<T>(v);
+    const float vs = to_f32(hr[c]);
+    ss += vs * vs;
+  }
+  ss = block_sum<kBlock>(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(cols) + eps);
+  // Each thread re-reads only the elements it wrote itself.
+  T* yr = y + row * y_stride;
+  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    store(yr, c, rnd(to_f32(hr[c]) * inv, round) * w[c], round);
+}
+
+}  // namespace
+
+namespace kernels {
+
+void rms_norm(const backend::RmsNormArgs& a, const Stream& s) {
+  const std::int64_t rows = a.x.rows, heads = a.heads > 0 ? a.heads : 1;
+  if (rows == 0 || a.x.cols == 0) return;
+  MLXCEL_CHECK(a.x.dtype == a.y.dtype && a.x.cols % heads == 0, ErrorCategory::kInternal,
+               "gpu rms_norm: dtype or heads mismatch");
+  auto st = static_cast<gpuStream_t>(s.handle());
+  dispatch_act(a.x.dtype, "rms_norm", [&](auto tag) {
+    using T = decltype(tag);
+    rms_norm_act_kernel<T><<<static_cast<unsigned>(rows * heads), kBlock, 0, st>>>(
+        static_cast<const T*>(a.x.data), a.x.stride, a.weight, static_cast<T*>(a.y.data),
+        a.y.stride, heads, a.x.cols / heads, a.eps, round_code(a.round));
+  });
+  check_launch("rms_norm", s.device());
+}
+
+void add_rms_norm(const backend::AddRmsNormArgs& a, const Stream& s) {
+  const std::int64_t rows = a.h.rows;
+  if (rows == 0 || a.h.cols == 0) return;
+  MLXCEL_CHECK(a.h.dtype == a.delta.dtype && a.h.dtype == a.y.dtype, ErrorCategory::kInternal,
+               "gpu add_rms_norm: dtypes differ");
+  auto st = static_cast<gpuStream_t>(s.handle());
+  dispatch_act(a.h.dtype, "add_rms_norm", [&](auto tag) {
+    using T = decltype(tag);
+    add_rms_norm_act_kernel<T><<<static_cast<unsigned>(rows), kBlock, 0, st>>>(
+        static_cast<T*>(a.h.data), a.h.stride, static_cast<const T*>(a.delta.data), a.delta.stride,
+        a.weight, static_cast<T*>(a.y.data), a.y.stride, a.h.cols, a.eps, round_code(a.round));
+  });
+  check_launch("add_rms_norm", s.device());
+}
+
+}  // namespace kernels
 }  // namespace mlxcel::gpu

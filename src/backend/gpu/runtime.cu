@@ -57,8 +57,7 @@ bool arch_supported(const std::string& arch, std::string* why) {
 #endif
   std::string list;
   for (const auto& t : targets) list += (list.empty() ? "" : ";") + t;
-  *why = "this mlxcel was built for " + list + " but the device is " + arch +
-         "; rebuild with " +
+  *why = "this mlxcel was built for " + list + " but the device is " + arch + "; rebuild with " +
 #if defined(MLXCEL_GPU_HIP)
          "-DMLXCEL_ROCM_ARCHITECTURES=\"" + list + ";" + arch + "\"";
 #else
@@ -137,8 +136,8 @@ class CachingAllocator final : public Allocator {
         throw_error(ErrorCategory::kOutOfMemory,
                     std::string(MLXCEL_GPU_VENDOR ":") + std::to_string(device_) +
                         ": out of device memory allocating " + std::to_string(bytes) +
-                        " bytes for " + what + " (" + std::to_string(free_b >> 20) + " MiB free of " +
-                        std::to_string(total_b >> 20) + " MiB, " +
+                        " bytes for " + what + " (" + std::to_string(free_b >> 20) +
+                        " MiB free of " + std::to_string(total_b >> 20) + " MiB, " +
                         std::to_string(stats_.current_bytes >> 20) +
                         " MiB held by mlxcel); use a smaller model, context or batch");
       }
@@ -263,12 +262,12 @@ void use_device(int index) {
   std::string why;
   auto devs = list_devices(&why);
   if (index < 0 || index >= static_cast<int>(devs.size())) {
-    throw_error(ErrorCategory::kBadInput,
-                "GPU device " + std::to_string(index) + " does not exist (" +
-                    std::to_string(devs.size()) + " visible" + (why.empty() ? "" : "; " + why) +
-                    ")");
+    throw_error(ErrorCategory::kBadInput, "GPU device " + std::to_string(index) +
+                                              " does not exist (" + std::to_string(devs.size()) +
+                                              " visible" + (why.empty() ? "" : "; " + why) + ")");
   }
-  if (!devs[index].supported) throw_error(ErrorCategory::kUnsupported, devs[index].unsupported_reason);
+  if (!devs[index].supported)
+    throw_error(ErrorCategory::kUnsupported, devs[index].unsupported_reason);
   GPU_CHECK(gpuSetDevice(index), "use_device", index);
 }
 
@@ -311,7 +310,9 @@ void Event::record(const Stream& s) {
             "event record", s.device());
 }
 
-void Event::wait(const char* op) const { wait_event(static_cast<gpuEvent_t>(handle_), op, device_); }
+void Event::wait(const char* op) const {
+  wait_event(static_cast<gpuEvent_t>(handle_), op, device_);
+}
 
 float Event::elapsed_ms(const Event& start) const {
   float ms = 0;
@@ -322,15 +323,19 @@ float Event::elapsed_ms(const Event& start) const {
 }
 
 Allocator& Allocator::for_device(int device) {
-  static std::mutex mu;
-  static std::map<int, std::unique_ptr<CachingAllocator>> registry;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& slot = registry[device];
+  // Never destroyed: buffers owned by other statics (a backend held for a whole test binary)
+  // are released during static destruction, after a destructible registry would be gone.
+  static auto* mu = new std::mutex;
+  static auto* registry = new std::map<int, std::unique_ptr<CachingAllocator>>;
+  std::lock_guard<std::mutex> lock(*mu);
+  auto& slot = (*registry)[device];
   if (!slot) slot = std::make_unique<CachingAllocator>(device);
   return *slot;
 }
 
-void* Allocator::allocate(std::size_t bytes, const char* what) { return allocate_impl(bytes, what); }
+void* Allocator::allocate(std::size_t bytes, const char* what) {
+  return allocate_impl(bytes, what);
+}
 void Allocator::release(void* ptr) { release_impl(ptr); }
 void Allocator::empty_cache() { empty_cache_impl(); }
 AllocatorStats Allocator::stats() const { return stats_impl(); }
@@ -361,16 +366,22 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 }
 
 void copy_to_device(void* dst, const void* src, std::size_t bytes, const Stream& s) {
-  GPU_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyHostToDevice,
-                           static_cast<gpuStream_t>(s.handle())),
-            "copy_to_device", s.device());
+  GPU_CHECK(
+      gpuMemcpyAsync(dst, src, bytes, gpuMemcpyHostToDevice, static_cast<gpuStream_t>(s.handle())),
+      "copy_to_device", s.device());
 }
 
 void copy_to_host(void* dst, const void* src, std::size_t bytes, const Stream& s) {
-  GPU_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToHost,
-                           static_cast<gpuStream_t>(s.handle())),
-            "copy_to_host", s.device());
+  GPU_CHECK(
+      gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToHost, static_cast<gpuStream_t>(s.handle())),
+      "copy_to_host", s.device());
   s.synchronize("copy_to_host");
+}
+
+void copy_device_to_device(void* dst, const void* src, std::size_t bytes, const Stream& s) {
+  GPU_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToDevice,
+                           static_cast<gpuStream_t>(s.handle())),
+            "copy_device_to_device", s.device());
 }
 
 void memset_device(void* dst, int value, std::size_t bytes, const Stream& s) {

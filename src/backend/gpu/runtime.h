@@ -25,8 +25,8 @@ struct DeviceInfo {
   std::size_t free_bytes = 0;
   int compute_units = 0;
   int warp_size = 0;
-  bool integrated = false;   // APU / UMA (gfx1151 is one)
-  bool supported = false;    // this binary has code for the device's arch
+  bool integrated = false;  // APU / UMA (gfx1151 is one)
+  bool supported = false;   // this binary has code for the device's arch
   std::string unsupported_reason;
 };
 
@@ -63,7 +63,7 @@ class Event {
   Event& operator=(const Event&) = delete;
   void record(const Stream& s);
   void wait(const char* op = "event wait") const;  // host waits, with the watchdog
-  float elapsed_ms(const Event& start) const;       // both recorded with timing=true
+  float elapsed_ms(const Event& start) const;      // both recorded with timing=true
   void* handle() const { return handle_; }
 
  private:
@@ -120,6 +120,7 @@ class DeviceBuffer {
 
 void copy_to_device(void* dst, const void* src, std::size_t bytes, const Stream& s);
 void copy_to_host(void* dst, const void* src, std::size_t bytes, const Stream& s);
+void copy_device_to_device(void* dst, const void* src, std::size_t bytes, const Stream& s);
 void memset_device(void* dst, int value, std::size_t bytes, const Stream& s);
 
 }  // namespace mlxcel::gpu

@@ -2,6 +2,7 @@
 // "no GPU", every GPU operation is an `unsupported` error that says how to get a GPU build.
 #include <string>
 
+#include "backend/gpu/factory.h"
 #include "backend/gpu/rms_norm.h"
 #include "backend/gpu/runtime.h"
 #include "core/error.h"
@@ -46,14 +47,24 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&&) noexcept = default;
 
 void copy_to_device(void*, const void*, std::size_t, const Stream&) { no_gpu("copy_to_device"); }
 void copy_to_host(void*, const void*, std::size_t, const Stream&) { no_gpu("copy_to_host"); }
+void copy_device_to_device(void*, const void*, std::size_t, const Stream&) {
+  no_gpu("copy_device_to_device");
+}
 void memset_device(void*, int, std::size_t, const Stream&) { no_gpu("memset_device"); }
+
+std::unique_ptr<backend::Backend> create_gpu_backend(BackendKind kind, int) {
+  throw_error(ErrorCategory::kUnsupported,
+              "the " + std::string(backend_name(kind)) +
+                  " backend is not in this mlxcel: it was built without a GPU backend "
+                  "(MLXCEL_GPU=none); use --device cpu, or rebuild with the cuda or rocm preset");
+}
 
 void rms_norm(const void*, const void*, void*, std::int64_t, std::int64_t, std::int64_t, float,
               DType, const Stream&) {
   no_gpu("rms_norm");
 }
-void add_rms_norm(const void*, const void*, const void*, void*, void*, std::int64_t,
-                  std::int64_t, float, DType, const Stream&) {
+void add_rms_norm(const void*, const void*, const void*, void*, void*, std::int64_t, std::int64_t,
+                  float, DType, const Stream&) {
   no_gpu("add_rms_norm");
 }
 

@@ -1,0 +1,158 @@
+#include "backend/gpu/gpu_backend.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "backend/gpu/common.cuh"
+#include "backend/gpu/factory.h"
+#include "backend/gpu/kernels.h"
+#include "core/error.h"
+
+namespace mlxcel::gpu {
+
+using backend::Op;
+using backend::OpSignature;
+
+GpuBackend::GpuBackend(BackendKind kind, int device) : kind_(kind), device_(device) {
+  // use_device validates (bad_input / unsupported with the reason) and leaves `device` current;
+  // list_devices visits every device, so it runs first.
+  std::string why;
+  auto devs = list_devices(&why);
+  use_device(device);
+  name_ = std::string(backend_name(kind)) + ":" + std::to_string(device) + " " + devs[device].name +
+          " (" + devs[device].arch + ")";
+  stream_ = std::make_unique<Stream>(device);
+  const char* e = std::getenv("MLXCEL_GPU_SYNC_OPS");
+  sync_ops_ = e && *e && std::string(e) != "0";
+}
+
+GpuBackend::~GpuBackend() {
+  try {
+    stream_->synchronize("backend shutdown");
+  } catch (...) {
+  }
+}
+
+bool GpuBackend::supports(const OpSignature& sig) const {
+  if (sig.act != DType::kF32 && sig.act != DType::kBF16 && sig.act != DType::kF16) return false;
+  switch (sig.op) {
+    case Op::kLinear:
+    case Op::kEmbed:
+    case Op::kMoeExperts:
+      return kernels::weight_format_supported(sig.qmode, sig.weight_dtype, sig.bits, sig.group_size,
+                                              sig.weight_dtype);
+    case Op::kRopeKvAppend:
+    case Op::kAttention:
+      return sig.head_dim <= 256;
+    default:
+      return sig.op < Op::kCount;
+  }
+}
+
+backend::DeviceBuffer GpuBackend::allocate(backend::MemoryKind kind, std::size_t bytes) {
+  if (kind == backend::MemoryKind::kPinnedHost)
+    throw_error(ErrorCategory::kUnsupported,
+                "GPU backend: pinned host memory is not implemented yet (allocate kWorkspace and "
+                "copy instead)");
+  static const char* const kWhat[] = {"weights", "KV cache", "workspace", "pinned host"};
+  void* p = Allocator::for_device(device_).allocate(bytes, kWhat[static_cast<int>(kind)]);
+  // Zeroed like the CPU backend's memory, so a planning bug reads zeros, never stale data.
+  memset_device(p, 0, bytes, *stream_);
+  return backend::DeviceBuffer(this, p, bytes, kind);
+}
+
+void GpuBackend::release(void* data, std::size_t, backend::MemoryKind) {
+  Allocator::for_device(device_).release(data);
+}
+
+void GpuBackend::copy(void* dst, const void* src, std::size_t bytes, backend::CopyKind kind) {
+  if (bytes == 0) return;
+  try {
+    switch (kind) {
+      case backend::CopyKind::kHostToDevice:
+        copy_to_device(dst, src, bytes, *stream_);
+        // The host source may be reused as soon as we return (step metadata, weight staging).
+        stream_->synchronize("copy to device");
+        break;
+      case backend::CopyKind::kDeviceToHost:
+        copy_to_host(dst, src, bytes, *stream_);
+        break;
+      case backend::CopyKind::kDeviceToDevice:
+        copy_device_to_device(dst, src, bytes, *stream_);
+        break;
+    }
+  } catch (const Error& e) {
+    throw_error(e.category(), std::string(e.what()) + " (last op launched: " + last_op_ + ")");
+  }
+}
+
+void GpuBackend::synchronize() {
+  try {
+    stream_->synchronize("synchronize");
+  } catch (const Error& e) {
+    throw_error(e.category(), std::string(e.what()) + " (last op launched: " + last_op_ + ")");
+  }
+}
+
+template <typename Fn>
+void GpuBackend::run(const char* op, Fn&& fn) {
+  last_op_ = op;
+  fn();
+  if (sync_ops_) stream_->synchronize(op);
+}
+
+void* GpuBackend::scratch(std::size_t bytes) {
+  if (scratch_.bytes() < bytes) {
+    // The old buffer goes back to the caching allocator; work queued on our one stream that
+    // still reads it runs before anything reusing it.
+    scratch_ = DeviceBuffer(bytes * 2, device_, "moe scratch");
+  }
+  return scratch_.data();
+}
+
+void GpuBackend::embed(const backend::EmbedArgs& a) {
+  run("embed", [&] { kernels::embed(a, *stream_); });
+}
+void GpuBackend::rms_norm(const backend::RmsNormArgs& a) {
+  run("rms_norm", [&] { kernels::rms_norm(a, *stream_); });
+}
+void GpuBackend::add(const backend::AddArgs& a) {
+  run("add", [&] { kernels::add(a, *stream_); });
+}
+void GpuBackend::add_rms_norm(const backend::AddRmsNormArgs& a) {
+  run("add_rms_norm", [&] { kernels::add_rms_norm(a, *stream_); });
+}
+void GpuBackend::linear(const backend::LinearArgs& a) {
+  run("linear", [&] { kernels::linear(a, *stream_); });
+}
+void GpuBackend::rope_kv_append(const backend::RopeKvAppendArgs& a) {
+  run("rope_kv_append", [&] { kernels::rope_kv_append(a, *stream_); });
+}
+void GpuBackend::attention(const backend::AttentionArgs& a) {
+  run("attention", [&] { kernels::attention(a, *stream_); });
+}
+void GpuBackend::gated_activation(const backend::GatedActivationArgs& a) {
+  run("gated_activation", [&] { kernels::gated_activation(a, *stream_); });
+}
+void GpuBackend::moe_route(const backend::MoeRouteArgs& a) {
+  run("moe_route", [&] { kernels::moe_route(a, *stream_); });
+}
+void GpuBackend::moe_experts(const backend::MoeExpertsArgs& a) {
+  run("moe_experts",
+      [&] { kernels::moe_experts(a, scratch(kernels::moe_experts_scratch_bytes(a)), *stream_); });
+}
+void GpuBackend::gather_rows(const backend::GatherRowsArgs& a) {
+  run("gather_rows", [&] { kernels::gather_rows(a, *stream_); });
+}
+
+std::unique_ptr<backend::Backend> create_gpu_backend(BackendKind kind, int device) {
+  if (kind != compiled_backend())
+    throw_error(ErrorCategory::kUnsupported,
+                "this mlxcel was built for " + std::string(backend_name(compiled_backend())) +
+                    ", not " + std::string(backend_name(kind)) +
+                    "; use --device gpu (the compiled GPU backend) or rebuild with the " +
+                    std::string(backend_name(kind)) + " preset");
+  return std::make_unique<GpuBackend>(kind, device);
+}
+
+}  // namespace mlxcel::gpu

@@ -1,0 +1,62 @@
+#pragma once
+// GpuBackend: the op layer's Backend over the kernels of src/backend/gpu/ (one source for CUDA
+// and HIP). One compute stream per device; activations are stored in the checkpoint's dtype and
+// every op rounds its output once to it. Faults are values: launches are checked, asynchronous
+// faults surface at the next copy or synchronize as device_fault naming the last op launched.
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/gpu/runtime.h"
+
+namespace mlxcel::gpu {
+
+class GpuBackend final : public backend::Backend {
+ public:
+  GpuBackend(BackendKind kind, int device);
+  ~GpuBackend() override;
+
+  BackendKind kind() const override { return kind_; }
+  std::string name() const override { return name_; }
+  bool supports(const backend::OpSignature& sig) const override;
+  DType activation_storage(DType act) const override { return act; }
+  bool host_memory_is_device_memory() const override { return false; }
+
+  backend::DeviceBuffer allocate(backend::MemoryKind kind, std::size_t bytes) override;
+  void copy(void* dst, const void* src, std::size_t bytes, backend::CopyKind kind) override;
+  void synchronize() override;
+
+  void embed(const backend::EmbedArgs& a) override;
+  void rms_norm(const backend::RmsNormArgs& a) override;
+  void add(const backend::AddArgs& a) override;
+  void add_rms_norm(const backend::AddRmsNormArgs& a) override;
+  void linear(const backend::LinearArgs& a) override;
+  void rope_kv_append(const backend::RopeKvAppendArgs& a) override;
+  void attention(const backend::AttentionArgs& a) override;
+  void gated_activation(const backend::GatedActivationArgs& a) override;
+  void moe_route(const backend::MoeRouteArgs& a) override;
+  void moe_experts(const backend::MoeExpertsArgs& a) override;
+  void gather_rows(const backend::GatherRowsArgs& a) override;
+
+  int device() const { return device_; }
+
+ protected:
+  void release(void* data, std::size_t bytes, backend::MemoryKind kind) override;
+
+ private:
+  // Runs one op's launches; names the op in errors and, with MLXCEL_GPU_SYNC_OPS=1, synchronizes
+  // after it so an asynchronous fault is pinned to the op that caused it.
+  template <typename Fn>
+  void run(const char* op, Fn&& fn);
+  void* scratch(std::size_t bytes);
+
+  BackendKind kind_;
+  int device_;
+  std::string name_;
+  std::unique_ptr<Stream> stream_;
+  const char* last_op_ = "none";
+  bool sync_ops_ = false;
+  DeviceBuffer scratch_;
+};
+
+}  // namespace mlxcel::gpu

@@ -1,0 +1,43 @@
+#pragma once
+// Launchers of the GpuBackend's op kernels, one .cu per op family. Arguments are the op layer's
+// structs (backend/backend.h) with device pointers; every launcher is asynchronous on `s` and
+// checks its launch (device_fault naming the op).
+#include <cstddef>
+
+#include "backend/backend.h"
+#include "backend/gpu/runtime.h"
+
+namespace mlxcel::gpu::kernels {
+
+// True when a kernel exists for this weight format (linear, embed, moe experts).
+bool weight_format_supported(backend::QMode mode, DType w_dtype, int bits, int group_size,
+                             DType scales_dtype);
+
+void embed(const backend::EmbedArgs& a, const Stream& s);                       // embed.cu
+void gather_rows(const backend::GatherRowsArgs& a, const Stream& s);            // embed.cu
+void rms_norm(const backend::RmsNormArgs& a, const Stream& s);                  // rms_norm.cu
+void add_rms_norm(const backend::AddRmsNormArgs& a, const Stream& s);           // rms_norm.cu
+void add(const backend::AddArgs& a, const Stream& s);                           // elementwise.cu
+void gated_activation(const backend::GatedActivationArgs& a, const Stream& s);  // elementwise.cu
+void linear(const backend::LinearArgs& a, const Stream& s);                     // linear.cu
+void rope_kv_append(const backend::RopeKvAppendArgs& a, const Stream& s);       // rope.cu
+void attention(const backend::AttentionArgs& a, const Stream& s);               // attention.cu
+void moe_route(const backend::MoeRouteArgs& a, const Stream& s);                // moe.cu
+// Scratch: moe_experts_scratch_bytes(a) bytes of device memory.
+std::size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a);
+void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& s);  // moe.cu
+
+// Expert-indexed linear (moe.cu uses it): row m of y = x[m / x_div] · W[experts[m]]ᵀ. With
+// experts null it is the plain linear.
+struct ExpertLinear {
+  backend::Act x;
+  std::int64_t x_div = 1;
+  backend::Matrix w;
+  const std::int32_t* experts = nullptr;
+  const float* bias = nullptr;
+  backend::Act y;
+  DType round = DType::kF32;
+};
+void linear_experts(const ExpertLinear& a, const Stream& s);  // linear.cu
+
+}  // namespace mlxcel::gpu::kernels

@@ -1,0 +1,796 @@
+// Op conformance (STYLE.md "Tests"): every op of backend::Backend x activation dtype x weight
+// format x shape on the device under test (the GPU backend this binary was built with) against
+// cpu::CpuBackend(kFast), with a per-op normalized error bound: max |dut - cpu| / max |cpu|.
+// Combinations the device does not support are skipped with their signature, never passed. In a
+// CPU-only build (or without a device) the GPU side skips; MLXCEL_REQUIRE_GPU=1 turns that into a
+// failure. MLXCEL_OPS_REPORT=FILE appends one line per case (op, signature, error, bound).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/gpu/runtime.h"
+#include "core/error.h"
+#include "gpu_test_util.h"
+
+using namespace mlxcel;
+using namespace mlxcel::backend;
+
+namespace {
+
+// --- Backends and memory -----------------------------------------------------------------------
+
+Backend* dut() {
+  static std::unique_ptr<Backend> be = [] {
+    std::unique_ptr<Backend> b;
+    if (test::gpu_available()) b = create_backend(gpu::compiled_backend());
+    return b;
+  }();
+  return be.get();
+}
+
+Backend& cpu_backend() {
+  static cpu::CpuBackend be(Numerics::kFast);
+  return be;
+}
+
+#define DUT_OR_SKIP()           \
+  MLXCEL_REQUIRE_GPU_OR_SKIP(); \
+  Backend& gpu = *dut();        \
+  Backend& cpu = cpu_backend()
+
+// Keeps every buffer of a test case alive.
+struct Mem {
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  void* raw(Backend& be, const void* src, std::size_t bytes) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(
+        be.allocate(MemoryKind::kWorkspace, std::max<std::size_t>(bytes, 4))));
+    if (bytes) be.copy(bufs.back()->data(), src, bytes, CopyKind::kHostToDevice);
+    return bufs.back()->data();
+  }
+  template <typename T>
+  T* vec(Backend& be, const std::vector<T>& v) {
+    return static_cast<T*>(raw(be, v.data(), v.size() * sizeof(T)));
+  }
+  // An activation [rows, cols] with row stride cols + pad, in the backend's storage dtype.
+  Act act(Backend& be, DType act_dtype, const std::vector<float>& vals, std::int64_t rows,
+          std::int64_t cols, std::int64_t pad = 0) {
+    const DType st = be.activation_storage(act_dtype);
+    const std::int64_t stride = cols + pad;
+    std::vector<std::uint8_t> host(static_cast<std::size_t>(rows * stride) * dtype_size(st));
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c)
+        put(st, host.data(), r * stride + c, vals[r * cols + c]);
+    return Act{raw(be, host.data(), host.size()), st, rows, cols, stride};
+  }
+  static void put(DType t, void* p, std::int64_t i, float v) {
+    switch (t) {
+      case DType::kBF16:
+        static_cast<bf16*>(p)[i] = bf16(v);
+        break;
+      case DType::kF16:
+        static_cast<f16*>(p)[i] = f16(v);
+        break;
+      default:
+        static_cast<float*>(p)[i] = v;
+        break;
+    }
+  }
+};
+
+float get(DType t, const void* p, std::int64_t i) {
+  switch (t) {
+    case DType::kBF16:
+      return static_cast<const bf16*>(p)[i].to_float();
+    case DType::kF16:
+      return static_cast<const f16*>(p)[i].to_float();
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+std::vector<float> read(Backend& be, const Act& a) {
+  be.synchronize();
+  std::vector<std::uint8_t> host(static_cast<std::size_t>(a.rows * a.stride) * dtype_size(a.dtype));
+  if (a.rows) be.copy(host.data(), a.data, host.size(), CopyKind::kDeviceToHost);
+  std::vector<float> out(static_cast<std::size_t>(a.rows * a.cols));
+  for (std::int64_t r = 0; r < a.rows; ++r)
+    for (std::int64_t c = 0; c < a.cols; ++c)
+      out[r * a.cols + c] = get(a.dtype, host.data(), r * a.stride + c);
+  return out;
+}
+
+template <typename T>
+std::vector<T> read_raw(Backend& be, const void* p, std::size_t n) {
+  be.synchronize();
+  std::vector<T> out(n);
+  be.copy(out.data(), p, n * sizeof(T), CopyKind::kDeviceToHost);
+  return out;
+}
+
+float round_to(DType t, float v) {
+  if (t == DType::kBF16) return bf16(v).to_float();
+  if (t == DType::kF16) return f16(v).to_float();
+  return v;
+}
+
+std::vector<float> randn(std::mt19937& rng, std::size_t n, float sd, DType t) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_to(t, d(rng));
+  return v;
+}
+
+// --- Error bounds and reporting ----------------------------------------------------------------
+
+double nerr(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num = std::max(num, std::fabs(static_cast<double>(got[i]) - want[i]));
+    den = std::max(den, std::fabs(static_cast<double>(want[i])));
+  }
+  return num / std::max(den, 1e-6);
+}
+
+// Per-op bound in units of the activation dtype's rounding step: ops round once (or twice, for
+// the gated activation and the MoE combine) after fp32 work done in another order than the CPU.
+double bound(DType act, double ulps) {
+  const double u = act == DType::kBF16  ? std::ldexp(1.0, -8)
+                   : act == DType::kF16 ? std::ldexp(1.0, -11)
+                                        : 2e-6;
+  return ulps * u;
+}
+
+void report(const std::string& sig, double err, double lim) {
+  static FILE* f = [] {
+    const char* p = std::getenv("MLXCEL_OPS_REPORT");
+    return p ? std::fopen(p, "a") : nullptr;
+  }();
+  if (f) {
+    std::fprintf(f, "%s\t%.3g\t%.3g\t%s\n", sig.c_str(), err, lim, err <= lim ? "ok" : "FAIL");
+    std::fflush(f);
+  }
+}
+
+#define EXPECT_CLOSE(sig, got, want, lim) \
+  do {                                    \
+    const double e_ = nerr(got, want);    \
+    report(sig, e_, lim);                 \
+    EXPECT_LE(e_, lim) << sig;            \
+  } while (0)
+
+const DType kActs[] = {DType::kF32, DType::kBF16, DType::kF16};
+
+OpSignature sig_of(Op op, DType act, int head_dim = 0) {
+  OpSignature s;
+  s.op = op;
+  s.act = act;
+  s.head_dim = head_dim;
+  return s;
+}
+
+// --- Weights -----------------------------------------------------------------------------------
+
+struct WeightFormat {
+  QMode mode;
+  int bits, group_size;
+  DType dtype;  // dense dtype, or the affine scales dtype
+  std::string str() const {
+    std::ostringstream s;
+    s << qmode_name(mode);
+    if (mode == QMode::kNone)
+      s << "-" << dtype_name(dtype);
+    else
+      s << bits << "-gs" << group_size
+        << (mode == QMode::kAffine ? std::string("-") + std::string(dtype_name(dtype)) : "");
+    return s.str();
+  }
+};
+
+std::vector<WeightFormat> weight_formats() {
+  std::vector<WeightFormat> f = {{QMode::kNone, 0, 0, DType::kF32},
+                                 {QMode::kNone, 0, 0, DType::kF16},
+                                 {QMode::kNone, 0, 0, DType::kBF16}};
+  for (int b : {2, 3, 4, 5, 6, 8}) f.push_back({QMode::kAffine, b, 64, DType::kBF16});
+  for (int b : {4, 8}) {
+    f.push_back({QMode::kAffine, b, 32, DType::kBF16});
+    f.push_back({QMode::kAffine, b, 128, DType::kBF16});
+  }
+  f.push_back({QMode::kAffine, 4, 64, DType::kF16});
+  f.push_back({QMode::kAffine, 3, 32, DType::kF32});
+  f.push_back({QMode::kMxfp4, 4, 32, DType::kU8});
+  f.push_back({QMode::kMxfp8, 8, 32, DType::kU8});
+  f.push_back({QMode::kNvfp4, 4, 16, DType::kU8});
+  return f;
+}
+
+// Host bytes of a random [E x] n x k matrix in format f.
+struct HostMatrix {
+  WeightFormat f;
+  std::int64_t n = 0, k = 0, experts = 1;
+  std::vector<std::uint8_t> w, scales, biases;
+};
+
+HostMatrix random_matrix(std::mt19937& rng, const WeightFormat& f, std::int64_t n, std::int64_t k,
+                         std::int64_t experts = 1) {
+  HostMatrix m;
+  m.f = f;
+  m.n = n;
+  m.k = k;
+  m.experts = experts;
+  const std::int64_t rows = n * experts;
+  auto fill_floats = [&](std::vector<std::uint8_t>& out, DType t, std::int64_t count, float mean,
+                         float sd) {
+    out.resize(static_cast<std::size_t>(count) * dtype_size(t));
+    std::normal_distribution<float> d(mean, sd);
+    for (std::int64_t i = 0; i < count; ++i) Mem::put(t, out.data(), i, d(rng));
+  };
+  if (f.mode == QMode::kNone) {
+    fill_floats(m.w, f.dtype, rows * k, 0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
+    return m;
+  }
+  m.w.resize(static_cast<std::size_t>(rows * k * f.bits / 8));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : m.w) b = static_cast<std::uint8_t>(byte(rng));
+  const std::int64_t groups = rows * (k / f.group_size);
+  const float inv_k = 1.0f / std::sqrt(static_cast<float>(k));
+  if (f.mode == QMode::kAffine) {
+    const float levels = static_cast<float>((1 << f.bits) - 1);
+    fill_floats(m.scales, f.dtype, groups, 0.0f, 2.0f * inv_k / levels);
+    fill_floats(m.biases, f.dtype, groups, 0.0f, inv_k);
+  } else {
+    m.scales.resize(static_cast<std::size_t>(groups));
+    // E8M0 around 2^-5 (mx), E4M3 around 0.1 (nv): outputs of order one.
+    std::uniform_int_distribution<int> e8(118, 124), e4(0x18, 0x28);
+    for (auto& s : m.scales)
+      s = static_cast<std::uint8_t>(f.mode == QMode::kNvfp4 ? e4(rng) : e8(rng));
+  }
+  return m;
+}
+
+Matrix upload_matrix(Backend& be, Mem& mem, const HostMatrix& h) {
+  Matrix m;
+  m.mode = h.f.mode;
+  m.bits = h.f.bits;
+  m.group_size = h.f.group_size;
+  m.n = h.n;
+  m.k = h.k;
+  m.w = mem.raw(be, h.w.data(), h.w.size());
+  m.w_dtype = h.f.mode == QMode::kNone ? h.f.dtype : DType::kU32;
+  if (!h.scales.empty()) {
+    m.scales = mem.raw(be, h.scales.data(), h.scales.size());
+    m.scales_dtype = h.f.mode == QMode::kAffine ? h.f.dtype : DType::kU8;
+  }
+  if (!h.biases.empty()) m.biases = mem.raw(be, h.biases.data(), h.biases.size());
+  if (h.experts > 1) {
+    m.expert_stride_w = h.w.size() / static_cast<std::size_t>(h.experts);
+    m.expert_stride_s = h.scales.size() / static_cast<std::size_t>(h.experts);
+  }
+  return m;
+}
+
+OpSignature weight_sig(Op op, DType act, const WeightFormat& f) {
+  OpSignature s = sig_of(op, act);
+  s.qmode = f.mode;
+  s.weight_dtype =
+      f.mode == QMode::kNone ? f.dtype : (f.mode == QMode::kAffine ? f.dtype : DType::kU8);
+  s.bits = f.bits;
+  s.group_size = f.group_size;
+  return s;
+}
+
+std::string tag(DType act) { return std::string(dtype_name(act)); }
+
+// --- Norms and elementwise ---------------------------------------------------------------------
+
+TEST(BackendOps, RmsNorm) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(1);
+  for (DType act : kActs) {
+    if (!gpu.supports(sig_of(Op::kRmsNorm, act))) {
+      report("rms_norm " + tag(act), -1, 0);
+      continue;
+    }
+    struct C {
+      std::int64_t rows, cols, heads, pad;
+    };
+    for (C c : {C{1, 1, 1, 0}, C{3, 31, 1, 2}, C{32, 32, 1, 0}, C{33, 33, 1, 0}, C{5, 576, 1, 7},
+                C{2, 1536, 1, 0}, C{1, 4097, 1, 0}, C{7, 9 * 64, 9, 3 * 64}, C{31, 3 * 128, 3, 0},
+                C{2, 2 * 256, 2, 0}}) {
+      Mem mg, mc;
+      auto x = randn(rng, static_cast<std::size_t>(c.rows * c.cols), 1.5f, act);
+      auto w = randn(rng, static_cast<std::size_t>(c.cols / c.heads), 1.0f, DType::kF32);
+      for (int inplace = 0; inplace < 2; ++inplace) {
+        Act xg = mg.act(gpu, act, x, c.rows, c.cols, c.pad),
+            xc = mc.act(cpu, act, x, c.rows, c.cols, c.pad);
+        Act yg = inplace ? xg : mg.act(gpu, act, std::vector<float>(x.size()), c.rows, c.cols);
+        Act yc = inplace ? xc : mc.act(cpu, act, std::vector<float>(x.size()), c.rows, c.cols);
+        gpu.rms_norm({xg, mg.vec(gpu, w), 1e-5f, yg, act, c.heads});
+        cpu.rms_norm({xc, mc.vec(cpu, w), 1e-5f, yc, act, c.heads});
+        std::ostringstream s;
+        s << "rms_norm " << tag(act) << " rows " << c.rows << " cols " << c.cols << " heads "
+          << c.heads << " pad " << c.pad << (inplace ? " inplace" : "");
+        EXPECT_CLOSE(s.str(), read(gpu, yg), read(cpu, yc), bound(act, 2));
+      }
+    }
+  }
+}
+
+TEST(BackendOps, AddAndAddRmsNorm) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(2);
+  for (DType act : kActs) {
+    for (auto [rows, cols] :
+         {std::pair<std::int64_t, std::int64_t>{1, 1}, {31, 33}, {32, 576}, {33, 1536}}) {
+      Mem mg, mc;
+      auto a = randn(rng, static_cast<std::size_t>(rows * cols), 2.0f, act);
+      auto b = randn(rng, a.size(), 1.0f, act);
+      auto w = randn(rng, static_cast<std::size_t>(cols), 1.0f, DType::kF32);
+      Act ag = mg.act(gpu, act, a, rows, cols, 3), bg = mg.act(gpu, act, b, rows, cols);
+      Act ac = mc.act(cpu, act, a, rows, cols, 3), bc = mc.act(cpu, act, b, rows, cols);
+      std::ostringstream s;
+      s << tag(act) << " rows " << rows << " cols " << cols;
+      if (gpu.supports(sig_of(Op::kAdd, act))) {
+        Act yg = mg.act(gpu, act, std::vector<float>(a.size()), rows, cols);
+        Act yc = mc.act(cpu, act, std::vector<float>(a.size()), rows, cols);
+        gpu.add({ag, bg, yg, act});
+        cpu.add({ac, bc, yc, act});
+        EXPECT_CLOSE("add " + s.str(), read(gpu, yg), read(cpu, yc), bound(act, 1));
+      }
+      if (gpu.supports(sig_of(Op::kAddRmsNorm, act))) {
+        Act yg = mg.act(gpu, act, std::vector<float>(a.size()), rows, cols);
+        Act yc = mc.act(cpu, act, std::vector<float>(a.size()), rows, cols);
+        gpu.add_rms_norm({ag, bg, mg.vec(gpu, w), 1e-6f, yg, act});
+        cpu.add_rms_norm({ac, bc, mc.vec(cpu, w), 1e-6f, yc, act});
+        EXPECT_CLOSE("add_rms_norm(h) " + s.str(), read(gpu, ag), read(cpu, ac), bound(act, 1));
+        EXPECT_CLOSE("add_rms_norm(y) " + s.str(), read(gpu, yg), read(cpu, yc), bound(act, 2));
+      }
+    }
+  }
+}
+
+TEST(BackendOps, GatedActivation) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(3);
+  for (DType act : kActs) {
+    if (!gpu.supports(sig_of(Op::kGatedActivation, act))) continue;
+    for (Activation fn : {Activation::kSilu, Activation::kGeluApprox}) {
+      for (auto [rows, cols] :
+           {std::pair<std::int64_t, std::int64_t>{1, 33}, {31, 1536}, {33, 576}}) {
+        Mem mg, mc;
+        auto g = randn(rng, static_cast<std::size_t>(rows * cols), 3.0f, act);
+        auto u = randn(rng, g.size(), 1.0f, act);
+        // g and u as halves of one [rows, 2 * cols] row (the fused gate_up output).
+        std::vector<float> gu(static_cast<std::size_t>(rows * 2 * cols));
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t c = 0; c < cols; ++c) {
+            gu[r * 2 * cols + c] = g[r * cols + c];
+            gu[r * 2 * cols + cols + c] = u[r * cols + c];
+          }
+        Act xg = mg.act(gpu, act, gu, rows, 2 * cols), xc = mc.act(cpu, act, gu, rows, 2 * cols);
+        Act og = mg.act(gpu, act, std::vector<float>(g.size()), rows, cols);
+        Act oc = mc.act(cpu, act, std::vector<float>(g.size()), rows, cols);
+        gpu.gated_activation({fn, xg.sub(0, cols), xg.sub(cols, cols), og, act});
+        cpu.gated_activation({fn, xc.sub(0, cols), xc.sub(cols, cols), oc, act});
+        std::ostringstream s;
+        s << "gated_activation " << (fn == Activation::kSilu ? "silu " : "gelu_approx ") << tag(act)
+          << " rows " << rows << " cols " << cols;
+        EXPECT_CLOSE(s.str(), read(gpu, og), read(cpu, oc), bound(act, 3));
+      }
+    }
+  }
+}
+
+// --- Embedding and gathers ---------------------------------------------------------------------
+
+TEST(BackendOps, EmbedAndGatherRows) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(4);
+  const std::int64_t vocab = 97, dim = 576;
+  for (DType act : kActs) {
+    for (const WeightFormat& f : weight_formats()) {
+      if (dim % std::max(f.group_size, 1) != 0) continue;
+      const OpSignature sig = weight_sig(Op::kEmbed, act, f);
+      if (!gpu.supports(sig)) {
+        report("embed SKIPPED " + sig.str(), -1, 0);
+        continue;
+      }
+      HostMatrix h = random_matrix(rng, f, vocab, dim);
+
+      std::vector<std::int32_t> ids = {0, 96, 5, 5, 17, 42, 95, 1, 33};
+      for (float scale : {1.0f, bf16(std::sqrt(static_cast<float>(dim))).to_float()}) {
+        Mem mg, mc;
+        Act og = mg.act(gpu, act, std::vector<float>(ids.size() * dim),
+                        static_cast<std::int64_t>(ids.size()), dim);
+        Act oc = mc.act(cpu, act, std::vector<float>(ids.size() * dim),
+                        static_cast<std::int64_t>(ids.size()), dim);
+        EmbedArgs eg, ec;
+        eg.table = upload_matrix(gpu, mg, h);
+        ec.table = upload_matrix(cpu, mc, h);
+        eg.ids = mg.vec(gpu, ids);
+        ec.ids = mc.vec(cpu, ids);
+        eg.host_ids = ec.host_ids = ids.data();
+        eg.n = ec.n = static_cast<std::int64_t>(ids.size());
+        eg.scale = ec.scale = scale;
+        eg.out = og;
+        ec.out = oc;
+        eg.round = ec.round = act;
+        gpu.embed(eg);
+        cpu.embed(ec);
+        auto want = read(cpu, oc);
+        for (auto& v : want) v = round_to(act, v);  // the CPU keeps fp32 containers
+        EXPECT_CLOSE("embed " + sig.str() + " scale " + std::to_string(scale), read(gpu, og), want,
+                     bound(act, 1));
+      }
+    }
+    if (!gpu.supports(sig_of(Op::kGatherRows, act))) continue;
+    Mem mg, mc;
+    auto src = randn(rng, 40 * 576, 1.0f, act);
+    std::vector<std::int32_t> rows = {39, 0, 7, 7, 31};
+    Act sg = mg.act(gpu, act, src, 40, 576, 5), sc = mc.act(cpu, act, src, 40, 576, 5);
+    Act dg = mg.act(gpu, act, std::vector<float>(rows.size() * 576), 5, 576);
+    Act dc = mc.act(cpu, act, std::vector<float>(rows.size() * 576), 5, 576);
+    gpu.gather_rows({sg, mg.vec(gpu, rows), rows.data(), 5, dg});
+    cpu.gather_rows({sc, mc.vec(cpu, rows), rows.data(), 5, dc});
+    EXPECT_CLOSE("gather_rows " + tag(act), read(gpu, dg), read(cpu, dc), 0.0);
+  }
+}
+
+// --- Linear ------------------------------------------------------------------------------------
+
+TEST(BackendOps, Linear) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(5);
+  struct Shape {
+    std::int64_t k, n;
+  };
+  const Shape shapes[] = {{576, 1536}, {1536, 576}, {256, 33}};
+  const std::int64_t ms[] = {1, 3, 8, 9, 31, 32, 33, 200};
+  int ran = 0, skipped = 0;
+  for (DType act : kActs) {
+    for (const WeightFormat& f : weight_formats()) {
+      const OpSignature sig = weight_sig(Op::kLinear, act, f);
+      if (!gpu.supports(sig)) {
+        ++skipped;
+        report("linear SKIPPED " + sig.str(), -1, 0);
+        continue;
+      }
+      for (const Shape& sh : shapes) {
+        if (f.group_size && sh.k % f.group_size) continue;
+        HostMatrix h = random_matrix(rng, f, sh.n, sh.k);
+        Mem mg, mc;
+        const Matrix wg = upload_matrix(gpu, mg, h), wc = upload_matrix(cpu, mc, h);
+        const auto bias = randn(rng, static_cast<std::size_t>(sh.n), 0.5f, DType::kF32);
+        const float* bg = mg.vec(gpu, bias);
+        const float* bc = mc.vec(cpu, bias);
+        for (std::int64_t m : ms) {
+          if (act != DType::kBF16 && m != 1 && m != 33) continue;  // the full M sweep in bf16
+          const bool with_bias = m == 3 || m == 33;
+          const std::int64_t pad = m == 9 ? 5 : 0;  // strided x (a column slice of a wider row)
+          auto x = randn(rng, static_cast<std::size_t>(m * sh.k), 1.0f, act);
+          Act xg = mg.act(gpu, act, x, m, sh.k, pad), xc = mc.act(cpu, act, x, m, sh.k);
+          Act yg = mg.act(gpu, act, std::vector<float>(m * sh.n), m, sh.n, pad);
+          Act yc = mc.act(cpu, act, std::vector<float>(m * sh.n), m, sh.n);
+          gpu.linear({xg, wg, with_bias ? bg : nullptr, yg, act});
+          cpu.linear({xc, wc, with_bias ? bc : nullptr, yc, act});
+          std::ostringstream s;
+          s << "linear " << sig.str() << " m " << m << " k " << sh.k << " n " << sh.n
+            << (with_bias ? " bias" : "") << (pad ? " strided" : "");
+          EXPECT_CLOSE(s.str(), read(gpu, yg), read(cpu, yc),
+                       act == DType::kF32 ? 2e-5 : bound(act, 2));
+          ++ran;
+        }
+      }
+    }
+  }
+  EXPECT_GT(ran, 0);
+  if (skipped) std::printf("linear: %d format/dtype combinations skipped (see report)\n", skipped);
+}
+
+// --- RoPE + KV append and attention ------------------------------------------------------------
+
+struct RopeCase {
+  const char* name;
+  bool traditional;
+  bool freqs;
+  float input_scale;
+  int dims_div;  // dims = head_dim / dims_div
+  float scale;
+};
+
+// Two steps of a two-sequence batch over a paged pool with non-contiguous block tables: a
+// prefill (seq 0: 33 tokens, seq 1: 40 tokens) and a decode step (one token each).
+TEST(BackendOps, RopeKvAppendAndAttention) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(6);
+  const RopeCase ropes[] = {{"base", false, false, 1.0f, 1, 1.0f},
+                            {"traditional", true, false, 1.0f, 1, 1.0f},
+                            {"freqs", false, true, 1.0f, 1, 0.5f},
+                            {"partial+input_scale", false, true, 1.25f, 2, 1.0f}};
+  const int Hq = 9, Hk = 3, layer = 1, n_layers = 2, bs = 16;
+  for (DType act : kActs) {
+    for (int hd : {64, 128, 256}) {
+      for (const RopeCase& rc : ropes) {
+        for (std::int64_t window : {std::int64_t{0}, std::int64_t{5}}) {
+          if (window && std::string(rc.name) != "base") continue;
+          const OpSignature sr = sig_of(Op::kRopeKvAppend, act, hd),
+                            sa = sig_of(Op::kAttention, act, hd);
+          if (!gpu.supports(sr) || !gpu.supports(sa)) {
+            report("rope/attention SKIPPED " + sr.str(), -1, 0);
+            continue;
+          }
+          Mem mg, mc;
+          KvLayout kv;
+          kv.n_layers = n_layers;
+          kv.n_kv_heads = Hk;
+          kv.head_dim = hd;
+          kv.v_dim = hd;
+          kv.block_size = bs;
+          kv.dtype = act;
+          kv.num_blocks = 8;
+          std::vector<std::uint8_t> zero(kv.bytes());
+          KvLayout kg = kv, kc = kv;
+          kg.base = mg.raw(gpu, zero.data(), zero.size());
+          kc.base = mc.raw(cpu, zero.data(), zero.size());
+          std::vector<float> freqs(static_cast<std::size_t>(hd / rc.dims_div / 2));
+          for (std::size_t i = 0; i < freqs.size(); ++i)
+            freqs[i] = std::pow(500000.0f, 2.0f * static_cast<float>(i) /
+                                               static_cast<float>(hd / rc.dims_div)) *
+                       (i % 3 == 0 ? 8.0f : 1.0f);
+          RopeTable rt;
+          rt.dims = hd / rc.dims_div;
+          rt.traditional = rc.traditional;
+          rt.base = 10000.0f;
+          rt.scale = rc.scale;
+          rt.input_scale = rc.input_scale;
+          const std::vector<std::int32_t> table = {0, 1, 2, 5, 3, 4};  // [2 seqs, 3 blocks]
+          struct Step {
+            std::vector<std::int32_t> pos, seq;
+          };
+          std::vector<Step> steps(2);
+          for (int i = 0; i < 33; ++i) {
+            steps[0].pos.push_back(i);
+            steps[0].seq.push_back(0);
+          }
+          for (int i = 0; i < 40; ++i) {
+            steps[0].pos.push_back(i);
+            steps[0].seq.push_back(1);
+          }
+          steps[1].pos = {33, 40};
+          steps[1].seq = {0, 1};
+          for (std::size_t si = 0; si < steps.size(); ++si) {
+            const Step& st = steps[si];
+            const std::int64_t T = static_cast<std::int64_t>(st.pos.size());
+            std::vector<std::int32_t> lens =
+                si == 0 ? std::vector<std::int32_t>{33, 40} : std::vector<std::int32_t>{34, 41};
+            auto view = [&](Backend& be, Mem& mem) {
+              StepView v;
+              v.n_tokens = T;
+              v.n_seqs = 2;
+              v.max_blocks = 3;
+              v.positions = mem.vec(be, st.pos);
+              v.seq_of_token = mem.vec(be, st.seq);
+              v.block_tables = mem.vec(be, table);
+              v.seq_lens = mem.vec(be, lens);
+              v.tokens = v.positions;
+              v.host_positions = st.pos.data();
+              v.host_seq_of_token = st.seq.data();
+              v.host_block_tables = table.data();
+              v.host_tokens = st.pos.data();
+              return v;
+            };
+            const StepView vg = view(gpu, mg), vc = view(cpu, mc);
+            // q, k, v as column slices of one qkv row, as the fused projection writes them.
+            const std::int64_t qn = Hq * hd, kn = Hk * hd;
+            auto qkv = randn(rng, static_cast<std::size_t>(T * (qn + 2 * kn)), 1.0f, act);
+            Act xg = mg.act(gpu, act, qkv, T, qn + 2 * kn),
+                xc = mc.act(cpu, act, qkv, T, qn + 2 * kn);
+            RopeTable tg = rt, tc = rt;
+            if (rc.freqs) {
+              tg.freqs = mg.vec(gpu, freqs);
+              tc.freqs = mc.vec(cpu, freqs);
+              tg.host_freqs = tc.host_freqs = freqs.data();
+            }
+            RopeKvAppendArgs rg{xg.sub(0, qn),
+                                xg.sub(qn, kn),
+                                xg.sub(qn + kn, kn),
+                                Hq,
+                                Hk,
+                                hd,
+                                tg,
+                                kg,
+                                layer,
+                                vg,
+                                act};
+            RopeKvAppendArgs rcpu{xc.sub(0, qn),
+                                  xc.sub(qn, kn),
+                                  xc.sub(qn + kn, kn),
+                                  Hq,
+                                  Hk,
+                                  hd,
+                                  tc,
+                                  kc,
+                                  layer,
+                                  vc,
+                                  act};
+            gpu.rope_kv_append(rg);
+            cpu.rope_kv_append(rcpu);
+            std::ostringstream s;
+            s << tag(act) << " head_dim " << hd << " rope " << rc.name << " window " << window
+              << (si == 0 ? " prefill T=73" : " decode T=2");
+            // f32: CUDA/HIP and glibc cosf/sinf differ by up to 2 ulp at angles of tens of radians.
+            EXPECT_CLOSE("rope_kv_append(q,k) " + s.str(), read(gpu, xg), read(cpu, xc),
+                         bound(act, act == DType::kF32 ? 3 : 1));
+            Act og = mg.act(gpu, act, std::vector<float>(T * qn), T, qn);
+            Act oc = mc.act(cpu, act, std::vector<float>(T * qn), T, qn);
+            const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+            gpu.attention({xg.sub(0, qn), Hq, kg, layer, window, scale, vg, og, act});
+            cpu.attention({xc.sub(0, qn), Hq, kc, layer, window, scale, vc, oc, act});
+            EXPECT_CLOSE("attention " + s.str(), read(gpu, og), read(cpu, oc), bound(act, 4));
+          }
+          // The whole pool (both layers: layer 0 must stay untouched).
+          Act pg{kg.base, act, 1, static_cast<std::int64_t>(kv.bytes() / dtype_size(act)),
+                 static_cast<std::int64_t>(kv.bytes() / dtype_size(act))};
+          Act pc{kc.base, act, pg.rows, pg.cols, pg.stride};
+          std::ostringstream s;
+          s << "kv_cache " << tag(act) << " head_dim " << hd << " rope " << rc.name;
+          EXPECT_CLOSE(s.str(), read(gpu, pg), read(cpu, pc),
+                       bound(act, act == DType::kF32 ? 3 : 1));
+        }
+      }
+    }
+  }
+}
+
+// --- MoE ---------------------------------------------------------------------------------------
+
+TEST(BackendOps, MoeRoute) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(7);
+  for (DType act : kActs) {
+    if (!gpu.supports(sig_of(Op::kMoeRoute, act))) continue;
+    for (int E : {8, 60, 128}) {
+      for (int K : {1, 2, 8}) {
+        for (bool norm : {false, true}) {
+          const std::int64_t T = 33;
+          Mem mg, mc;
+          auto gates = randn(rng, static_cast<std::size_t>(T * E), 2.0f, act);
+          Act gg = mg.act(gpu, act, gates, T, E, 3), gc = mc.act(cpu, act, gates, T, E, 3);
+          std::vector<std::int32_t> ec(static_cast<std::size_t>(T * K));
+          std::vector<float> wc(ec.size());
+          auto* eg = static_cast<std::int32_t*>(mg.raw(gpu, ec.data(), ec.size() * 4));
+          auto* wg = static_cast<float*>(mg.raw(gpu, wc.data(), wc.size() * 4));
+          gpu.moe_route({gg, K, norm, eg, wg, act});
+          cpu.moe_route({gc, K, norm, ec.data(), wc.data(), act});
+          auto eg_h = read_raw<std::int32_t>(gpu, eg, ec.size());
+          auto wg_h = read_raw<float>(gpu, wg, wc.size());
+          // Same experts with the same weights; the order within a token may differ.
+          int set_diff = 0;
+          std::vector<float> got, want;
+          for (std::int64_t t = 0; t < T; ++t) {
+            std::vector<std::pair<int, float>> a, b;
+            for (int j = 0; j < K; ++j) {
+              a.push_back({eg_h[t * K + j], wg_h[t * K + j]});
+              b.push_back({ec[t * K + j], wc[t * K + j]});
+            }
+            std::sort(a.begin(), a.end());
+            std::sort(b.begin(), b.end());
+            for (int j = 0; j < K; ++j) {
+              set_diff += a[j].first != b[j].first;
+              got.push_back(a[j].second);
+              want.push_back(b[j].second);
+            }
+          }
+          std::ostringstream s;
+          s << "moe_route " << tag(act) << " E " << E << " top_k " << K << (norm ? " norm" : "");
+          EXPECT_EQ(set_diff, 0) << s.str();
+          EXPECT_CLOSE(s.str(), got, want, bound(act, 2));
+        }
+      }
+    }
+  }
+}
+
+TEST(BackendOps, MoeExperts) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(8);
+  const std::int64_t E = 8, H = 256, I = 128;
+  const WeightFormat formats[] = {{QMode::kNone, 0, 0, DType::kBF16},
+                                  {QMode::kNone, 0, 0, DType::kF32},
+                                  {QMode::kAffine, 4, 64, DType::kBF16},
+                                  {QMode::kAffine, 8, 32, DType::kBF16},
+                                  {QMode::kMxfp4, 4, 32, DType::kU8}};
+  for (DType act : kActs) {
+    for (const WeightFormat& f : formats) {
+      const OpSignature sig = weight_sig(Op::kMoeExperts, act, f);
+      if (!gpu.supports(sig)) {
+        report("moe_experts SKIPPED " + sig.str(), -1, 0);
+        continue;
+      }
+      for (std::int64_t T : {1, 33}) {
+        const int K = 2;
+        HostMatrix hg = random_matrix(rng, f, I, H, E), hu = random_matrix(rng, f, I, H, E),
+                   hd = random_matrix(rng, f, H, I, E);
+        std::vector<std::int32_t> experts;
+        std::vector<float> weights;
+        std::uniform_int_distribution<int> pick(0, static_cast<int>(E) - 1);
+        for (std::int64_t t = 0; t < T; ++t) {
+          const int a = pick(rng);
+          int b = pick(rng);
+          if (b == a) b = (a + 1) % static_cast<int>(E);
+          experts.push_back(a);
+          experts.push_back(b);
+          const float w0 = round_to(act, 0.3f + 0.4f * static_cast<float>(t % 3) / 3.0f);
+          weights.push_back(w0);
+          weights.push_back(round_to(act, 1.0f - w0));
+        }
+        Mem mg, mc;
+        auto x = randn(rng, static_cast<std::size_t>(T * H), 1.0f, act);
+        MoeExpertsArgs ag, ac;
+        ag.x = mg.act(gpu, act, x, T, H, 4);
+        ac.x = mc.act(cpu, act, x, T, H, 4);
+        ag.gate = upload_matrix(gpu, mg, hg);
+        ag.up = upload_matrix(gpu, mg, hu);
+        ag.down = upload_matrix(gpu, mg, hd);
+        ac.gate = upload_matrix(cpu, mc, hg);
+        ac.up = upload_matrix(cpu, mc, hu);
+        ac.down = upload_matrix(cpu, mc, hd);
+        ag.top_k = ac.top_k = K;
+        ag.experts = mg.vec(gpu, experts);
+        ac.experts = experts.data();
+        ag.weights = mg.vec(gpu, weights);
+        ac.weights = weights.data();
+        ag.out = mg.act(gpu, act, std::vector<float>(x.size()), T, H);
+        ac.out = mc.act(cpu, act, std::vector<float>(x.size()), T, H);
+        ag.round = ac.round = act;
+        gpu.moe_experts(ag);
+        cpu.moe_experts(ac);
+        std::ostringstream s;
+        s << "moe_experts " << sig.str() << " T " << T << " E " << E << " top_k " << K;
+        EXPECT_CLOSE(s.str(), read(gpu, ag.out), read(cpu, ac.out), bound(act, 4));
+      }
+    }
+  }
+}
+
+// A GPU backend never claims what it cannot run: --numerics mlx is refused on it, and a weight
+// format without a kernel is answered false.
+TEST(BackendOps, ClaimsAndRefusals) {
+  DUT_OR_SKIP();
+  (void)cpu;
+  EXPECT_THROW(create_backend(gpu.kind(), Numerics::kMlx), Error);
+  OpSignature s = sig_of(Op::kLinear, DType::kBF16);
+  s.qmode = QMode::kAffine;
+  s.bits = 7;
+  s.group_size = 64;
+  s.weight_dtype = DType::kBF16;
+  EXPECT_FALSE(gpu.supports(s));
+  EXPECT_FALSE(gpu.supports(sig_of(Op::kAttention, DType::kBF16, 512)));
+  EXPECT_FALSE(gpu.supports(sig_of(Op::kAdd, DType::kI32)));
+}
+
+TEST(BackendOps, CpuOnlyBuildRefusesGpu) {
+  if (gpu::compiled_backend() != BackendKind::kCpu) GTEST_SKIP() << "GPU build";
+  try {
+    create_backend(BackendKind::kCuda);
+    FAIL() << "expected unsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("--device cpu"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
