@@ -83,6 +83,15 @@ void add_load_options(CLI::App& app, LoadArgs& l) {
          },
          "fast: fp32 accumulation (default); mlx: MLX's CPU arithmetic bit for bit")
       ->type_name("fast|mlx");
+  app.add_option_function<std::string>(
+         "--device",
+         [&l](const std::string& v) {
+           std::vector<std::string> a{"--device", v};
+           std::size_t i = 0;
+           runtime::parse_load_flag(a, i, l.load);
+         },
+         "where the model runs: cpu (default) or gpu (the CUDA or ROCm backend of this build)")
+      ->type_name("cpu|gpu");
   app.add_option("-t,--threads", l.threads, "CPU threads (default: all cores, or MLXCEL_THREADS)")
       ->type_name("N")
       ->check(in_range(1, 1024));
