@@ -23,21 +23,6 @@ set_property(TARGET mlxcel::pcre2 APPEND PROPERTY INTERFACE_COMPILE_DEFINITIONS 
 mlxcel_static_library(utf8proc utf8proc.h utf8proc libutf8proc-dev)
 set_property(TARGET mlxcel::utf8proc APPEND PROPERTY INTERFACE_COMPILE_DEFINITIONS UTF8PROC_STATIC)
 
-find_path(HTTPLIB_INCLUDE_DIR httplib.h)
-if(NOT HTTPLIB_INCLUDE_DIR)
-  message(FATAL_ERROR "libcpp-httplib-dev is missing (httplib.h): run scripts/setup.sh")
-endif()
-# Debian builds cpp-httplib as a compiled library (declarations in httplib.h, code in
-# libcpp-httplib.so); only the server links it, so other binaries stay free of it.
-find_library(HTTPLIB_LIBRARY NAMES cpp-httplib)
-if(NOT HTTPLIB_LIBRARY)
-  message(FATAL_ERROR "libcpp-httplib is missing: run scripts/setup.sh (apt-get install libcpp-httplib-dev)")
-endif()
-add_library(mlxcel::httplib UNKNOWN IMPORTED GLOBAL)
-set_target_properties(mlxcel::httplib PROPERTIES
-  IMPORTED_LOCATION ${HTTPLIB_LIBRARY}
-  INTERFACE_INCLUDE_DIRECTORIES ${HTTPLIB_INCLUDE_DIR})
-
 if(MLXCEL_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

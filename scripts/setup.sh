@@ -22,7 +22,7 @@ APT_PACKAGES=(
   cmake ninja-build g++ pkg-config git ca-certificates binutils
   python3 python3-venv python3-pip
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libxxhash-dev libcli11-dev
+  nlohmann-json3-dev libpcre2-dev libutf8proc-dev libxxhash-dev libcli11-dev
   libboost1.81-dev  # Boost.Beast / Asio (header-only): the server's HTTP layer
   clang-19 lld-19 clang-tools-19 libclang-rt-19-dev
   clang-14  # only for the configure test that an old clang is refused

@@ -85,6 +85,7 @@ Value namespace_fn(Interpreter& in, Args& a) {
       in.fail(a.line, "chat templates cannot store underscore-prefixed attributes on a namespace, but got '" + k + "'");
     d->set(k, v);
   }
+  in.adopt_namespace(d);
   return Value::make_namespace(std::move(d));
 }
 

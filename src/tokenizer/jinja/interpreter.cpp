@@ -254,6 +254,18 @@ std::string Interpreter::render(const Template& tpl, const std::vector<std::pair
   depth_ = 0;
   std::string out;
   out_ = &out;
+  struct BreakCycles {
+    Interpreter& in;
+    ~BreakCycles() {
+      for (auto& w : in.namespaces_)
+        if (auto d = w.lock()) {
+          d->items.clear();
+          d->index.clear();
+        }
+      in.namespaces_.clear();
+      in.frames_.assign(1, {});
+    }
+  } guard{*this};
   exec_body(tpl.body);
   out_ = nullptr;
   return out;

@@ -4,6 +4,7 @@
 // a cap on the size of any built string or list, and a call depth limit, so a hostile template
 // ends with an error instead of looping forever or exhausting memory.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -41,6 +42,10 @@ class Interpreter {
   // A width argument (indent, center, tojson indent): negative counts as 0; over the output cap
   // fails.
   size_t width_arg(const Value& w, const char* what, int line) const;
+  // A namespace() made during this render. Namespaces are the only mutable values, so only they
+  // can form reference cycles ({% set ns.me = ns %}); render clears the ones still alive when it
+  // ends, which breaks every cycle.
+  void adopt_namespace(const std::shared_ptr<Dict>& d) { namespaces_.push_back(d); }
 
  private:
   enum class Flow : std::uint8_t { kNormal, kBreak, kContinue };
@@ -73,6 +78,7 @@ class Interpreter {
   std::vector<std::unordered_map<std::string, Value>> frames_;
   size_t base_ = 0;  // frames below base_ (except frame 0) are hidden inside a macro call
   std::unordered_map<std::string, Value> globals_;
+  std::vector<std::weak_ptr<Dict>> namespaces_;
 };
 
 }  // namespace mlxcel::jinja
