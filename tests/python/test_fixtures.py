@@ -23,7 +23,8 @@ def test_writes_every_fixture(fixtures):
     names = sorted(p.name for p in fixtures.iterdir())
     fams = ["gemma3_text", "llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe"]
     want = sorted([f"{f}-{m}" for f in fams for m in ("affine4", "affine8", "mxfp4", "mxfp8")] +
-                  [f"{f}-bf16" for f in fams if f != "qwen3_moe"] + ["qwen3_moe-f32", "llama-mixed"])
+                  [f"{f}-bf16" for f in fams if f != "qwen3_moe"] + ["qwen3_moe-f32", "llama-mixed"] +
+                  ["llama_h576-bf16", "llama_h576-affine4", "gemma3_h640-bf16", "qwen3_moe_h320-f32"])
     assert names == want
 
 
