@@ -131,6 +131,18 @@ struct App {
   std::shared_ptr<EngineRequest> make_request(const GenerationRequest& g, std::string* prompt_text);
 };
 
+// One generation answered on a session. At namespace scope: clang (the rocm preset) does not
+// consider a nested class with default member initializers default-constructible inside the
+// enclosing class, so std::optional<Generation>::emplace() would not compile there.
+struct Generation {
+  Endpoint ep = Endpoint::kChat;
+  bool stream = false, include_usage = false, want_lp = false;
+  std::string id, model, echo_text;
+  std::int64_t created = 0;
+  std::string content, reasoning;
+  std::vector<TokenLogprobInfo> lps;
+};
+
 // One TCP connection. All its handlers run on its strand. Requests are read one at a time and
 // answered in order (pipelined requests wait in the read buffer); while a request is being
 // answered the socket is watched, so a client that closes is noticed at once.
@@ -498,15 +510,6 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // ---- generation ----------------------------------------------------------------------------
-  struct Generation {
-    Endpoint ep = Endpoint::kChat;
-    bool stream = false, include_usage = false, want_lp = false;
-    std::string id, model, echo_text;
-    std::int64_t created = 0;
-    std::string content, reasoning;
-    std::vector<TokenLogprobInfo> lps;
-  };
-
   void start_generation(std::string body, Endpoint ep) {
     watch_peer();
     asio::post(*app_.workers, [self = shared_from_this(), body = std::move(body), ep]() mutable {
