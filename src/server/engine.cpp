@@ -50,6 +50,17 @@ std::optional<EngineEvent> EventChannel::pop(std::chrono::milliseconds timeout) 
   return e;
 }
 
+namespace {
+// A request that never started gets 503: the server stops taking work.
+void reject_shutting_down(EngineRequest& r) {
+  EngineEvent ev;
+  ev.kind = EngineEvent::Kind::kError;
+  ev.error_status = 503;
+  ev.error_message = "the server is shutting down";
+  r.events.push(std::move(ev));
+}
+}  // namespace
+
 // One request in the scheduler: turns its tokens into text events (detokenizer, stop strings,
 // reasoning split, JSON mode) and its end into a done or error event.
 struct Engine::Slot final : runtime::SequenceObserver {
@@ -214,13 +225,7 @@ void Engine::drain() {
     queued.swap(queue_);
     metrics_.queue_depth.set(0);
   }
-  for (auto& r : queued) {
-    EngineEvent ev;
-    ev.kind = EngineEvent::Kind::kError;
-    ev.error_status = 503;
-    ev.error_message = "the server is shutting down";
-    r->events.push(std::move(ev));
-  }
+  for (auto& r : queued) reject_shutting_down(*r);
   cv_.notify_all();
 }
 
@@ -330,13 +335,7 @@ void Engine::loop() {
   active_.store(0);
   metrics_.active_slots.set(0);
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& r : queue_) {
-    EngineEvent ev;
-    ev.kind = EngineEvent::Kind::kError;
-    ev.error_status = 503;
-    ev.error_message = "the server is shutting down";
-    r->events.push(std::move(ev));
-  }
+  for (auto& r : queue_) reject_shutting_down(*r);
   queue_.clear();
 }
 
