@@ -100,6 +100,11 @@ void* KvLayout::v_block(int layer, std::int32_t block) const {
   return static_cast<char*>(k_block(layer, block)) + k_block_bytes();
 }
 
+DeviceBuffer::DeviceBuffer(Backend* owner, void* data, std::size_t bytes, MemoryKind kind)
+    : owner_(owner), data_(data), bytes_(bytes), kind_(kind) {
+  if (owner_ && data_) owner_->account(kind_, bytes_, true);
+}
+
 DeviceBuffer::~DeviceBuffer() { reset(); }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
@@ -114,10 +119,31 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 }
 
 void DeviceBuffer::reset() {
-  if (owner_ && data_) owner_->release(data_, bytes_, kind_);
+  if (owner_ && data_) {
+    owner_->account(kind_, bytes_, false);
+    owner_->release(data_, bytes_, kind_);
+  }
   owner_ = nullptr;
   data_ = nullptr;
   bytes_ = 0;
+}
+
+MemoryStats Backend::memory_stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void Backend::account(MemoryKind kind, std::size_t bytes, bool add) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  auto& cur = stats_.current[static_cast<int>(kind)];
+  if (add) {
+    cur += bytes;
+    stats_.total += bytes;
+    if (stats_.total > stats_.peak) stats_.peak = stats_.total;
+  } else {
+    cur -= bytes;
+    stats_.total -= bytes;
+  }
 }
 
 std::unique_ptr<Backend> create_backend(BackendKind kind, Numerics numerics) {

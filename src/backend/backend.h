@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -246,8 +247,8 @@ class Backend;
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  DeviceBuffer(Backend* owner, void* data, std::size_t bytes, MemoryKind kind)
-      : owner_(owner), data_(data), bytes_(bytes), kind_(kind) {}
+  // Counts the bytes in owner's memory_stats() until the buffer is released.
+  DeviceBuffer(Backend* owner, void* data, std::size_t bytes, MemoryKind kind);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
@@ -265,9 +266,19 @@ class DeviceBuffer {
   MemoryKind kind_ = MemoryKind::kWorkspace;
 };
 
+// Bytes held through DeviceBuffers, per MemoryKind (index = the enum's value) and in total; the
+// peak is the largest total seen. Memory planning (`inspect`, the server's KV budget) and `bench`
+// compare their estimates with these numbers.
+struct MemoryStats {
+  std::size_t current[4] = {0, 0, 0, 0};
+  std::size_t total = 0;
+  std::size_t peak = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+  MemoryStats memory_stats() const;
   virtual BackendKind kind() const = 0;
   virtual std::string name() const = 0;  // "cpu (avx2, fast numerics)", "cuda:0 NVIDIA H200", ...
   virtual bool supports(const OpSignature& sig) const = 0;
@@ -303,6 +314,11 @@ class Backend {
  protected:
   friend class DeviceBuffer;
   virtual void release(void* data, std::size_t bytes, MemoryKind kind) = 0;
+
+ private:
+  void account(MemoryKind kind, std::size_t bytes, bool add);
+  mutable std::mutex stats_mu_;
+  MemoryStats stats_;
 };
 
 // The backend of `kind` with the given numerics policy. Throws unsupported when this build has no
