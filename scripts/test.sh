@@ -48,7 +48,9 @@ stage_config() { tests/configure/run.sh; }
 
 stage_cpu() {
   cmake --preset cpu >/dev/null && cmake --build --preset cpu -j"$JOBS" &&
-    ctest --preset cpu -j"$JOBS"
+    ctest --preset cpu -j"$JOBS" &&
+    build/cpu/bin/mlxcel selftest --device cpu --quick > build/cpu/selftest.log &&
+    tail -1 build/cpu/selftest.log
 }
 
 stage_python() {

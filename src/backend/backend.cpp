@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/sample.h"
 #include "backend/gpu/factory.h"
 #include "core/error.h"
 
@@ -31,6 +32,7 @@ const char* op_name(Op op) {
     case Op::kMoeRoute: return "moe_route";
     case Op::kMoeExperts: return "moe_experts";
     case Op::kGatherRows: return "gather_rows";
+    case Op::kSample: return "sample";
     case Op::kCount: break;
   }
   return "?";
@@ -126,6 +128,13 @@ void DeviceBuffer::reset() {
   owner_ = nullptr;
   data_ = nullptr;
   bytes_ = 0;
+}
+
+void sample_on_host(const float* logits, std::int64_t vocab, const SampleRow& row,
+                    const SampleProc* procs, const std::uint32_t* mask, SampleOut* out,
+                    float* processed) {
+  std::vector<float> work(static_cast<std::size_t>(vocab));
+  cpu::sample_row(logits, vocab, row, procs, mask, work.data(), out, processed);
 }
 
 MemoryStats Backend::memory_stats() const {

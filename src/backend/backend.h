@@ -17,6 +17,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "backend/sample_math.h"
 
 namespace mlxcel::backend {
 
@@ -41,6 +42,7 @@ enum class Op : std::uint8_t {
   kMoeRoute,
   kMoeExperts,
   kGatherRows,
+  kSample,
   kCount
 };
 const char* op_name(Op op);
@@ -239,6 +241,32 @@ struct GatherRowsArgs {  // dst[i] = src[rows[i]]
   Act dst;
 };
 
+// Samples `n` rows (backend/sample_math.h has the arithmetic both devices share): for row i,
+// the fp32 copy of logits row rows[i].logit_row gets its processors and allowed-token mask, is
+// checked for NaN/+inf, then greedy or filtered (top-p, min-p, top-k) and drawn; out[i] gets the
+// token, its log-probability and the top ones asked for. All pointers are device memory.
+struct SampleArgs {
+  Act logits;                       // [rows, vocab] in the activation storage dtype
+  std::int64_t n = 0;
+  const SampleRow* rows = nullptr;
+  const SampleProc* procs = nullptr;
+  const std::uint32_t* masks = nullptr;  // bit t of row m: masks[m * mask_words + t / 32]
+  std::int64_t mask_words = 0;
+  float* scratch = nullptr;         // sample_scratch_bytes(n, vocab)
+  SampleOut* out = nullptr;
+};
+// Device bytes of SampleArgs::scratch for n rows.
+inline std::size_t sample_scratch_bytes(std::int64_t n, std::int64_t vocab) {
+  return static_cast<std::size_t>(2 * n * vocab) * sizeof(float);
+}
+
+// The sampling op for one row on host memory (the CPU backend's kernel), for callers that hold
+// logits on the host (tests, tools). `processed`, when given, receives the filtered
+// log-probabilities (cpu/sample.h).
+void sample_on_host(const float* logits, std::int64_t vocab, const SampleRow& row,
+                    const SampleProc* procs, const std::uint32_t* mask, SampleOut* out,
+                    float* processed = nullptr);
+
 enum class CopyKind : std::uint8_t { kHostToDevice = 0, kDeviceToHost = 1, kDeviceToDevice = 2 };
 
 class Backend;
@@ -304,6 +332,7 @@ class Backend {
   virtual void moe_route(const MoeRouteArgs& a) = 0;
   virtual void moe_experts(const MoeExpertsArgs& a) = 0;
   virtual void gather_rows(const GatherRowsArgs& a) = 0;
+  virtual void sample(const SampleArgs& a) = 0;
 
   // Graph capture of a decode step (GPU backends); the CPU has none.
   virtual bool can_capture() const { return false; }

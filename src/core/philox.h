@@ -52,17 +52,22 @@ MLXCEL_HDI Philox4x32 philox4x32_10(Philox4x32 counter, std::uint32_t key0, std:
   return counter;
 }
 
-// The sampler's draw: key = seed, counter = (position, stream), each 64-bit value split into
-// (low word, high word). Returns a double in [0, 1) from the first 53 output bits, so it depends
-// only on (seed, stream, position).
-MLXCEL_HDI double philox_uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t position) {
+// 64 random bits for (seed, stream, position): the first two output words of the counter
+// (position, stream) under key seed (the sampling op's draw, backend/sample_math.h).
+MLXCEL_HDI std::uint64_t philox_u64(std::uint64_t seed, std::uint64_t stream, std::uint64_t position) {
   const Philox4x32 c = {
       {static_cast<std::uint32_t>(position), static_cast<std::uint32_t>(position >> 32),
        static_cast<std::uint32_t>(stream), static_cast<std::uint32_t>(stream >> 32)}};
   const Philox4x32 x =
       philox4x32_10(c, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
-  const std::uint64_t bits = (static_cast<std::uint64_t>(x.v[0]) << 32 | x.v[1]) >> 11;
-  return static_cast<double>(bits) * 0x1.0p-53;
+  return static_cast<std::uint64_t>(x.v[0]) << 32 | x.v[1];
+}
+
+// The sampler's draw: key = seed, counter = (position, stream), each 64-bit value split into
+// (low word, high word). Returns a double in [0, 1) from the first 53 output bits, so it depends
+// only on (seed, stream, position).
+MLXCEL_HDI double philox_uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t position) {
+  return static_cast<double>(philox_u64(seed, stream, position) >> 11) * 0x1.0p-53;
 }
 
 }  // namespace mlxcel

@@ -190,11 +190,10 @@ void Decoder::feed_forward(const DecoderLayer& L, int layer, Buffers& b) {
   e.emit("down", layer, b.tmp);
 }
 
-void Decoder::forward(const ops::StepInputs& step, const ops::KvLayout& kv,
-                      std::vector<std::vector<float>>& logits) {
+ops::Act Decoder::forward_logits(const ops::StepInputs& step, const ops::KvLayout& kv) {
   const ModelConfig& c = config_;
   const ops::Exec& e = exec_;
-  const std::int64_t D = c.hidden_size, V = c.vocab_size;
+  const std::int64_t D = c.hidden_size;
   const std::int64_t T = step.n_tokens(), R = static_cast<std::int64_t>(step.logit_rows.size());
   MLXCEL_CHECK(T > 0, ErrorCategory::kInternal, "forward: empty step");
   const ops::StepView s = step_block_.upload(e.backend(), step);
@@ -232,15 +231,7 @@ void Decoder::forward(const ops::StepInputs& step, const ops::KvLayout& kv,
   e.emit("final_norm", -1, b.normed);
   ops::linear(e, lm_head ? *lm_head : embed, b.normed, b.logits);
   e.emit("logits", -1, b.logits);
-  std::vector<float> all(static_cast<std::size_t>(R * V));
-  ops::to_host(e, b.logits, all.data());
-  logits.assign(static_cast<std::size_t>(step.n_seqs), {});
-  std::int64_t at = 0;
-  for (std::int64_t i = 0; i < step.n_seqs; ++i) {
-    const std::int64_t n = step.logit_count[static_cast<std::size_t>(i)];
-    logits[i].assign(all.begin() + at * V, all.begin() + (at + n) * V);
-    at += n;
-  }
+  return b.logits;
 }
 
 }  // namespace mlxcel::models

@@ -47,8 +47,7 @@ struct DecoderLayer {
 class Decoder final : public Model {
  public:
   Decoder(ModelConfig config, DecoderStyle style, ops::Exec exec);
-  void forward(const ops::StepInputs& step, const ops::KvLayout& kv,
-               std::vector<std::vector<float>>& logits) override;
+  ops::Act forward_logits(const ops::StepInputs& step, const ops::KvLayout& kv) override;
   std::size_t weight_bytes() const override;
   std::size_t decode_bytes_per_token() const override;
   const ops::Exec& exec() const { return exec_; }

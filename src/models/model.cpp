@@ -6,6 +6,21 @@
 
 namespace mlxcel::models {
 
+void Model::forward(const ops::StepInputs& step, const ops::KvLayout& kv,
+                    std::vector<std::vector<float>>& logits) {
+  const ops::Act a = forward_logits(step, kv);
+  const std::int64_t V = config_.vocab_size;
+  std::vector<float> all(static_cast<std::size_t>(a.rows * V));
+  ops::to_host(exec_, a, all.data());
+  logits.assign(static_cast<std::size_t>(step.n_seqs), {});
+  std::int64_t at = 0;
+  for (std::int64_t i = 0; i < step.n_seqs; ++i) {
+    const std::int64_t n = step.logit_count[static_cast<std::size_t>(i)];
+    logits[i].assign(all.begin() + at * V, all.begin() + (at + n) * V);
+    at += n;
+  }
+}
+
 ops::KvLayout Model::kv_layout(std::int64_t num_blocks, int block_size,
                                std::optional<DType> dtype) const {
   ops::KvLayout k;

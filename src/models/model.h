@@ -21,9 +21,13 @@ class Model {
   const ModelConfig& config() const { return config_; }
 
   // Runs `step` (tokens at their positions, K/V appended to `kv` at the slots the step's block
-  // tables give). logits[i] holds sequence i's wanted rows (logit_count[i] × vocab, fp32).
-  virtual void forward(const ops::StepInputs& step, const ops::KvLayout& kv,
-                       std::vector<std::vector<float>>& logits) = 0;
+  // tables give) and returns the wanted logits rows ([step.logit_rows.size(), vocab], in that
+  // order) on the device; the view stays valid until the next forward.
+  virtual ops::Act forward_logits(const ops::StepInputs& step, const ops::KvLayout& kv) = 0;
+  // The same with the logits copied to the host: logits[i] holds sequence i's wanted rows
+  // (logit_count[i] × vocab, fp32). For traces; generation samples on the device.
+  void forward(const ops::StepInputs& step, const ops::KvLayout& kv,
+               std::vector<std::vector<float>>& logits);
 
   // The KV layout this model needs (base unset; the runtime's pool allocates it). The cache dtype
   // defaults to the activation dtype: K and V are already rounded to it, so a bf16 model's cache
@@ -38,6 +42,7 @@ class Model {
   virtual std::size_t decode_bytes_per_token() const = 0;
 
   ops::Backend& backend() const { return exec_.backend(); }
+  const ops::Exec& exec() const { return exec_; }
   // Debugging aid (`mlxcel trace --dump`): every named intermediate of each forward step.
   void set_tap(ops::Tap tap) { exec_.tap = std::move(tap); }
 

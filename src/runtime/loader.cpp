@@ -1,5 +1,7 @@
 #include "runtime/loader.h"
 
+#include "backend/gpu/runtime.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -36,9 +38,28 @@ LoadedModel load_model(const std::string& dir, const LoadOptions& options) {
   }
   std::sort(lm.eos_ids.begin(), lm.eos_ids.end());
   lm.eos_ids.erase(std::unique(lm.eos_ids.begin(), lm.eos_ids.end()), lm.eos_ids.end());
-  lm.backend = backend::create_backend(options.backend, options.numerics);
-  lm.weights = std::make_unique<models::CheckpointWeights>(dir, options.backend);
-  lm.model = models::build_model(cfg, *lm.weights, *lm.backend);
+  BackendKind kind = options.backend;
+  const bool default_gpu = !options.device_given && options.numerics == backend::Numerics::kFast &&
+                           gpu::compiled_backend() != BackendKind::kCpu && [] {
+                             const auto devs = gpu::list_devices();
+                             return !devs.empty() && devs[0].supported;
+                           }();
+  if (default_gpu) kind = gpu::compiled_backend();
+  try {
+    lm.backend = backend::create_backend(kind, options.numerics);
+    lm.weights = std::make_unique<models::CheckpointWeights>(dir, kind);
+    lm.model = models::build_model(cfg, *lm.weights, *lm.backend);
+  } catch (const Error& e) {
+    if (!default_gpu || e.category() != ErrorCategory::kUnsupported) throw;
+    // The GPU was our choice, not the user's: say why and load on the CPU (at load time, never
+    // mid-step). An explicit --device gpu is refused instead.
+    LOG_WARN("the GPU cannot run this model (" << e.what() << "); running on the CPU");
+    lm.model.reset();
+    lm.weights.reset();
+    lm.backend = backend::create_backend(BackendKind::kCpu, options.numerics);
+    lm.weights = std::make_unique<models::CheckpointWeights>(dir, BackendKind::kCpu);
+    lm.model = models::build_model(cfg, *lm.weights, *lm.backend);
+  }
   LOG_INFO("loaded " << cfg.model_type << " from " << dir << ": "
                      << (lm.model->weight_bytes() >> 20) << " MiB of weights on "
                      << lm.backend->name());

@@ -22,6 +22,9 @@ struct LoadedModel {
 
 struct LoadOptions {
   BackendKind backend = BackendKind::kCpu;
+  // False: no --device was given; the model then runs on the GPU when this build has a GPU
+  // backend and a usable device is present (and --numerics mlx is not asked), else on the CPU.
+  bool device_given = false;
   backend::Numerics numerics = backend::Numerics::kFast;
 };
 

@@ -65,6 +65,7 @@ bool parse_load_flag(const std::vector<std::string>& args, std::size_t& i,
   if (a == "--device") {
     if (i + 1 >= args.size()) throw_error(ErrorCategory::kBadInput, "--device needs a value (cpu or gpu)");
     const std::string& v = args[++i];
+    o.device_given = true;
     if (v == "cpu") {
       o.backend = BackendKind::kCpu;
     } else if (v == "gpu") {
@@ -88,8 +89,8 @@ bool parse_load_flag(const std::vector<std::string>& args, std::size_t& i,
 }
 
 const char* load_flags_help() {
-  return "  --device cpu|gpu       where the model runs (default cpu for now; gpu = the GPU backend\n"
-         "                         this binary was built with, cuda or rocm)\n"
+  return "  --device cpu|gpu       where the model runs (default: the GPU when this build has a GPU\n"
+         "                         backend and a device is present, else the CPU)\n"
          "  --numerics fast|mlx    fast: fp32 accumulation (default); mlx: reproduce MLX's CPU\n"
          "                         backend bit for bit (quantized matmuls accumulate in bf16/f16)\n";
 }

@@ -90,25 +90,57 @@ void Scheduler::fail(Id id, const Error& e) {
   }
 }
 
-void Scheduler::sample(Sequence& s, std::vector<float>& logits) {
-  s.stats.kv_length = s.kv.length();
-  SampleResult r;
-  try {
-    s.obs->process_logits(logits, s.stats);
-    // A sequence whose logits are not finite fails alone; the others in the step go on. (-inf
-    // is a token a constraint removed.)
-    for (float x : logits)
-      if (std::isnan(x) || x == INFINITY)
-        throw_error(ErrorCategory::kInternal,
-                    "the model produced non-finite logits (NaN or +inf) for this request; the "
-                    "checkpoint or its quantization may be damaged, or the numbers overflowed for "
-                    "this prompt");
-    r = s.sampler.sample(logits, s.history, std::max(0, s.req.top_logprobs));
-  } catch (const Error& e) {
+void Scheduler::sample(std::span<Sequence* const> seqs, std::span<const std::int64_t> rows,
+                       ops::Act logits) {
+  const std::int64_t vocab = logits.cols;
+  const std::int64_t words = ops::mask_words(vocab);
+  std::vector<backend::SampleRow> args;
+  std::vector<backend::SampleProc> procs;
+  std::vector<std::uint32_t> masks;
+  std::vector<Sequence*> drawn;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& s = *seqs[i];
+    s.stats.kv_length = s.kv.length();
+    try {
+      backend::SampleRow r = s.sampler.row(s.history, static_cast<std::int64_t>(s.history.size()),
+                                           std::max(0, s.req.top_logprobs), procs);
+      r.logit_row = rows[i];
+      r.debug_nan = s.req.debug_nan_logits ? 1 : 0;
+      allowed_.clear();
+      if (s.obs->allowed_tokens(allowed_, s.stats)) {
+        r.mask_row = static_cast<std::int32_t>(masks.size() / static_cast<std::size_t>(words));
+        masks.resize(masks.size() + static_cast<std::size_t>(words), 0u);
+        std::uint32_t* m = masks.data() + masks.size() - words;
+        const std::int64_t n = std::min<std::int64_t>(vocab, static_cast<std::int64_t>(allowed_.size()));
+        for (std::int64_t t = 0; t < n; ++t)
+          if (allowed_[t]) m[t >> 5] |= 1u << (t & 31);
+      }
+      args.push_back(r);
+      drawn.push_back(&s);
+    } catch (const Error& e) {
+      s.done = true;
+      s.obs->on_error(e, s.stats);
+    }
+  }
+  const std::vector<backend::SampleOut> outs =
+      sampling_.run(model_.exec(), logits, args, procs, masks, words);
+  for (std::size_t i = 0; i < drawn.size(); ++i) accept(*drawn[i], outs[i]);
+}
+
+void Scheduler::accept(Sequence& s, const backend::SampleOut& o) {
+  if (o.status != backend::SampleStatus::kOk) {
+    // A sequence whose logits are not finite fails alone; the others in the step go on.
+    const Error e(ErrorCategory::kInternal,
+                  o.status == backend::SampleStatus::kNonFinite
+                      ? "the model produced non-finite logits (NaN or +inf) for this request; the "
+                        "checkpoint or its quantization may be damaged, or the numbers overflowed "
+                        "for this prompt"
+                      : "every token was removed before sampling (the output constraint allows none)");
     s.done = true;
     s.obs->on_error(e, s.stats);
     return;
   }
+  const SampleResult r = to_result(o);
   const auto& eos_ids = s.req.eos_ids;
   const bool eos =
       !s.req.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), r.token) != eos_ids.end();
@@ -141,7 +173,6 @@ void Scheduler::step() {
     owners.push_back(&s);
   }
   if (!batch.empty()) {
-    std::vector<std::vector<float>> logits;
     auto fail_all = [&](const Error& e) {
       for (auto& p : active_) {
         if (p->done) continue;
@@ -150,18 +181,26 @@ void Scheduler::step() {
       }
       active_.clear();
     };
-    try {
-      forward_step(model_, batch, logits);
-    } catch (const Error& e) {
-      fail_all(e);
-      throw;
-    } catch (const std::bad_alloc&) {
-      const Error e(ErrorCategory::kOutOfMemory,
-                    "out of memory while computing this step; retry with a shorter prompt or "
-                    "fewer parallel requests");
-      fail_all(e);
-      throw e;
-    }
+    // A failure of the step or of its sampling (a device fault, out of memory) fails every
+    // sequence of the step.
+    auto guarded = [&](auto&& fn) {
+      try {
+        fn();
+      } catch (const Error& e) {
+        fail_all(e);
+        throw;
+      } catch (const std::bad_alloc&) {
+        const Error e(ErrorCategory::kOutOfMemory,
+                      "out of memory while computing this step; retry with a shorter prompt or "
+                      "fewer parallel requests");
+        fail_all(e);
+        throw e;
+      }
+    };
+    ops::Act logits;
+    guarded([&] { logits = forward_step_device(model_, batch); });
+    std::vector<Sequence*> to_sample;
+    std::vector<std::int64_t> rows;
     for (std::size_t b = 0; b < owners.size(); ++b) {
       Sequence& s = *owners[b];
       const auto& prompt = s.req.prompt;
@@ -171,8 +210,10 @@ void Scheduler::step() {
         s.obs->on_prefill(static_cast<std::int64_t>(batch[b].tokens.size()), complete);
         if (!complete) continue;
       }
-      sample(s, logits[b]);
+      to_sample.push_back(&s);
+      rows.push_back(static_cast<std::int64_t>(b));
     }
+    if (!to_sample.empty()) guarded([&] { sample(to_sample, rows, logits); });
   }
   active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& s) { return s->done; }),
                 active_.end());

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "models/model.h"
+#include "ops/sample.h"
 #include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
 
@@ -28,6 +29,7 @@ struct SequenceRequest {
   int top_logprobs = 0;
   bool reuse_prefix = true;
   std::string cache_salt;       // prefix blocks are shared only between equal salts
+  bool debug_nan_logits = false;  // test hook: the sampled logits get a NaN (fails this sequence)
 };
 
 // What the observer says after a token.
@@ -47,9 +49,12 @@ class SequenceObserver {
   virtual void on_admit(const SequenceStats& s) {}
   // A prompt chunk of `tokens` was computed; `complete`: the prompt is done.
   virtual void on_prefill(std::int64_t tokens, bool complete) {}
-  // Before sampling: change the logits (a JSON-mode mask, say). A thrown Error fails this
-  // sequence alone.
-  virtual void process_logits(std::span<float> logits, const SequenceStats& s) {}
+  // Before sampling: the tokens this sequence may draw (a JSON-mode grammar). Return false for
+  // no restriction, else true with `allowed` holding one byte per vocabulary entry (0: removed;
+  // entries past its size are removed). A thrown Error fails this sequence alone.
+  virtual bool allowed_tokens(std::vector<std::uint8_t>& allowed, const SequenceStats& s) {
+    return false;
+  }
   // Every sampled token, EOS included (then `eos` is true and the sequence ends with "stop"
   // whatever is returned).
   virtual Verdict on_token(const SampleResult& r, bool eos, const SequenceStats& s) = 0;
@@ -95,13 +100,16 @@ class Scheduler {
  private:
   struct Sequence;
   void end(Sequence& s, const std::string& reason);
-  void sample(Sequence& s, std::vector<float>& logits);
+  void sample(std::span<Sequence* const> seqs, std::span<const std::int64_t> rows, ops::Act logits);
+  void accept(Sequence& s, const backend::SampleOut& o);
 
   models::Model& model_;
   KvBlockPool& pool_;
   SchedulerOptions opts_;
   Id next_id_ = 1;
   std::vector<std::unique_ptr<Sequence>> active_;
+  ops::Sampling sampling_;
+  std::vector<std::uint8_t> allowed_;
 };
 
 }  // namespace mlxcel::runtime

@@ -56,6 +56,13 @@ ops::StepInputs build_step(const models::Model& model, std::span<BatchItem> batc
   return s;
 }
 
+ops::Act forward_step_device(models::Model& model, std::span<BatchItem> batch) {
+  const ops::StepInputs s = build_step(model, batch);
+  const ops::Act logits = model.forward_logits(s, batch[0].kv->pool().layout());
+  for (auto& it : batch) it.kv->commit(it.tokens);
+  return logits;
+}
+
 void forward_step(models::Model& model, std::span<BatchItem> batch,
                   std::vector<std::vector<float>>& logits) {
   const ops::StepInputs s = build_step(model, batch);

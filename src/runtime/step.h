@@ -23,6 +23,10 @@ struct BatchItem {
 void forward_step(models::Model& model, std::span<BatchItem> batch,
                   std::vector<std::vector<float>>& logits);
 
+// The same, leaving the wanted logits rows on the device (item i's last row is row i when no item
+// asks for all logits); valid until the model's next forward.
+ops::Act forward_step_device(models::Model& model, std::span<BatchItem> batch);
+
 // Builds the metadata of a step (reserving KV space); exposed for tests.
 ops::StepInputs build_step(const models::Model& model, std::span<BatchItem> batch);
 

@@ -83,10 +83,10 @@ struct Engine::Slot final : runtime::SequenceObserver {
   void on_prefill(std::int64_t tokens, bool) override {
     eng.metrics_.prompt_tokens_total.add(static_cast<double>(tokens));
   }
-  void process_logits(std::span<float> logits, const runtime::SequenceStats& st) override {
-    if (req->debug_nan_logits && !logits.empty())
-      logits[0] = std::numeric_limits<float>::quiet_NaN();
-    if (json) eng.apply_json_mask(*this, logits, st);
+  bool allowed_tokens(std::vector<std::uint8_t>& allowed, const runtime::SequenceStats& st) override {
+    if (!json) return false;
+    eng.json_allowed(*this, allowed, st);
+    return true;
   }
   runtime::Verdict on_token(const runtime::SampleResult& r, bool eos,
                             const runtime::SequenceStats&) override {
@@ -278,6 +278,7 @@ void Engine::loop() {
         q.eos_ids = opts_.eos_ids;
         q.top_logprobs = std::max(0, r->top_logprobs);
         q.cache_salt = r->cache_salt;
+        q.debug_nan_logits = r->debug_nan_logits;
         try {
           s->id = sched.add(std::move(q), s.get());
         } catch (const Error& e) {
@@ -398,15 +399,14 @@ const std::vector<std::string>& Engine::token_text() {
   return token_text_;
 }
 
-void Engine::apply_json_mask(Slot& s, std::span<float> logits, const runtime::SequenceStats& st) {
+void Engine::json_allowed(Slot& s, std::vector<std::uint8_t>& allowed,
+                          const runtime::SequenceStats& st) {
   const auto& text = token_text();
   std::int64_t remaining = opts_.ctx_size - st.kv_length;
   if (s.req->max_tokens > 0) remaining = std::min(remaining, s.req->max_tokens - st.generated);
-  const std::size_t n = std::min(logits.size(), text.size());
-  runtime::json_token_mask(*s.json, std::span<const std::string>(text.data(), n), remaining, mask_);
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (std::size_t t = 0; t < logits.size(); ++t)
-    if (t >= n || !mask_[t]) logits[t] = kNegInf;
+  const std::size_t n = std::min(static_cast<std::size_t>(model_.config().vocab_size), text.size());
+  // Tokens past the tokenizer's vocabulary (padded embedding rows) stay removed.
+  runtime::json_token_mask(*s.json, std::span<const std::string>(text.data(), n), remaining, allowed);
 }
 
 }  // namespace mlxcel::server

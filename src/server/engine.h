@@ -131,7 +131,7 @@ class Engine {
   void finish(Slot& s, const std::string& reason, const runtime::SequenceStats& st);
   // Ends one request with an error event; the other slots of the step are untouched.
   void fail(Slot& s, int status, const std::string& message);
-  void apply_json_mask(Slot& s, std::span<float> logits, const runtime::SequenceStats& st);
+  void json_allowed(Slot& s, std::vector<std::uint8_t>& allowed, const runtime::SequenceStats& st);
   const std::vector<std::string>& token_text();
 
   models::Model& model_;
@@ -149,7 +149,6 @@ class Engine {
   std::string unhealthy_reason_;
   std::atomic<int> active_{0};
   std::vector<std::string> token_text_;  // engine thread only: each token's text, for JSON masks
-  std::vector<std::uint8_t> mask_;
   std::thread thread_;
 };
 

@@ -768,6 +768,88 @@ TEST(BackendOps, MoeExperts) {
 
 // A GPU backend never claims what it cannot run: --numerics mlx is refused on it, and a weight
 // format without a kernel is answered false.
+// Sampling must draw the same token as the CPU from the same logits (backend/sample_math.h), not
+// just a close one: tokens, statuses and top-logprob ids are compared exactly, log-probabilities
+// to fp32 accuracy. Logits are peaked (a few likely tokens over noise) with deliberate ties, so
+// top-p, min-p and top-k cut inside the distribution and tie-breaking is exercised.
+TEST(BackendOps, Sample) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(11);
+  for (DType act : kActs) {
+    if (!gpu.supports(sig_of(Op::kSample, act))) {
+      report("sample " + std::string(dtype_name(act)), -1, 0);
+      continue;
+    }
+    for (std::int64_t vocab : {1LL, 33LL, 1000LL, 151936LL}) {
+      const std::int64_t n_logit_rows = 3;
+      std::vector<float> logits = randn(rng, static_cast<std::size_t>(n_logit_rows * vocab), 2.0f, act);
+      for (std::int64_t r = 0; r < n_logit_rows; ++r) {
+        float* row = logits.data() + r * vocab;
+        for (int j = 0; j < 6 && j < vocab; ++j)
+          row[(j * 7919 + r) % vocab] = round_to(act, 9.0f - static_cast<float>(j % 3));  // ties
+      }
+      std::vector<SampleRow> rows;
+      std::vector<SampleProc> procs = {{0, SampleProcKind::kBias, 4.0f},
+                                       {static_cast<std::int32_t>(vocab / 2), SampleProcKind::kRepetition, 1.3f},
+                                       {static_cast<std::int32_t>(vocab / 2), SampleProcKind::kSubtract, 0.4f},
+                                       {static_cast<std::int32_t>(vocab - 1), SampleProcKind::kSubtract, 0.25f},
+                                       {static_cast<std::int32_t>(vocab - 1), SampleProcKind::kSubtract, 0.25f}};
+      const std::int64_t words = (vocab + 31) / 32;
+      std::vector<std::uint32_t> masks(static_cast<std::size_t>(words), 0u);
+      for (std::int64_t t = 0; t < vocab; t += 3) masks[t >> 5] |= 1u << (t & 31);  // every third
+      for (int i = 0; i < 96; ++i) {
+        SampleRow r;
+        r.logit_row = i % n_logit_rows;
+        const int kind = i % 8;
+        r.temperature = kind == 0 ? 0.0f : (kind == 5 ? 0.3f : 1.1f);
+        r.inv_temperature = r.temperature > 0 ? 1.0f / r.temperature : 1.0f;
+        if (kind == 2 || kind == 7) r.top_p = kind == 2 ? 0.9f : 0.35f;
+        if (kind == 3) r.log_min_p = std::log(0.05f), r.min_keep = 4;
+        if (kind == 4 || kind == 7) r.top_k = kind == 4 ? 5 : 40;
+        if (kind == 6) r.proc_begin = 0, r.proc_end = static_cast<std::int32_t>(procs.size()), r.mask_row = 0;
+        r.n_top = i % 3 == 0 ? 5 : 0;
+        r.seed = 1234 + i / 8;
+        r.stream = i % 2;
+        r.position = static_cast<std::uint64_t>(i);
+        rows.push_back(r);
+      }
+      auto run = [&](Backend& be, Mem& m) {
+        SampleArgs a;
+        a.logits = m.act(be, act, logits, n_logit_rows, vocab);
+        a.n = static_cast<std::int64_t>(rows.size());
+        a.rows = m.vec(be, rows);
+        a.procs = m.vec(be, procs);
+        a.masks = m.vec(be, masks);
+        a.mask_words = words;
+        std::vector<float> zeros(backend::sample_scratch_bytes(a.n, vocab) / sizeof(float));
+        a.scratch = m.vec(be, zeros);
+        std::vector<SampleOut> none(rows.size());
+        a.out = m.vec(be, none);
+        be.sample(a);
+        return read_raw<SampleOut>(be, a.out, rows.size());
+      };
+      Mem mg, mc;
+      const auto got = run(gpu, mg), want = run(cpu, mc);
+      const std::string sig = "sample " + std::string(dtype_name(act)) + " vocab " + std::to_string(vocab);
+      int token_mismatch = 0;
+      double lp_err = 0;
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        EXPECT_EQ(static_cast<int>(got[i].status), static_cast<int>(want[i].status)) << sig << " row " << i;
+        if (got[i].token != want[i].token) ++token_mismatch;
+        EXPECT_EQ(got[i].token, want[i].token) << sig << " row " << i << " (kind " << i % 8 << ")";
+        EXPECT_EQ(got[i].n_top, want[i].n_top) << sig;
+        for (int j = 0; j < want[i].n_top && j < got[i].n_top; ++j) {
+          EXPECT_EQ(got[i].top_ids[j], want[i].top_ids[j]) << sig << " row " << i << " top " << j;
+          lp_err = std::max(lp_err, static_cast<double>(std::fabs(got[i].top_logprobs[j] - want[i].top_logprobs[j])));
+        }
+        lp_err = std::max(lp_err, static_cast<double>(std::fabs(got[i].logprob - want[i].logprob)));
+      }
+      report(sig + " token mismatches " + std::to_string(token_mismatch), lp_err, 1e-4);
+      EXPECT_LE(lp_err, 1e-4) << sig;
+    }
+  }
+}
+
 TEST(BackendOps, ClaimsAndRefusals) {
   DUT_OR_SKIP();
   (void)cpu;

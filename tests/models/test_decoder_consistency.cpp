@@ -14,7 +14,7 @@
 #include "models/model.h"
 #include "runtime/kv_cache.h"
 #include "runtime/step.h"
-#include "tiny_model.h"
+#include "selftest/tiny_model.h"
 #include "quant/quantize.h"
 
 using namespace mlxcel;

@@ -11,7 +11,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "runtime/kv_cache.h"
 #include "runtime/scheduler.h"
-#include "tiny_model.h"
+#include "selftest/tiny_model.h"
 
 using namespace mlxcel;
 using namespace mlxcel::runtime;

@@ -142,6 +142,15 @@ TEST(Sampler, MinPDropsTokensBelowScaledTop) {
   EXPECT_EQ(seen, (std::set<int>{0, 1, 2}));
 }
 
+// The processed log-probabilities are the processed logits shifted by their log-sum-exp.
+void expect_processed(const std::vector<float>& got, const std::vector<float>& logits) {
+  double z = 0;
+  for (float x : logits) z += std::exp(static_cast<double>(x));
+  ASSERT_EQ(got.size(), logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    EXPECT_NEAR(got[i], logits[i] - std::log(z), 1e-5) << "token " << i;
+}
+
 TEST(Sampler, PenaltiesFollowMlxLm) {
   std::vector<float> l = {2.0f, -2.0f, 1.0f, 0.5f};
   std::vector<std::int32_t> hist = {0, 1, 1, 3, 3, 3};
@@ -149,14 +158,12 @@ TEST(Sampler, PenaltiesFollowMlxLm) {
   p.repetition_penalty = 2.0f;
   p.presence_penalty = 0.5f;
   p.frequency_penalty = 0.25f;
+  p.temperature = 1.0f;
   Sampler s(p);
-  s.sample(l, hist);
   // repetition: positive / 2, negative * 2 (once per distinct token); presence: -0.5 once;
   // frequency: -0.25 per occurrence.
-  EXPECT_FLOAT_EQ(l[0], 2.0f / 2 - 0.5f - 0.25f);
-  EXPECT_FLOAT_EQ(l[1], -2.0f * 2 - 0.5f - 0.5f);
-  EXPECT_FLOAT_EQ(l[2], 1.0f);
-  EXPECT_FLOAT_EQ(l[3], 0.5f / 2 - 0.5f - 0.75f);
+  expect_processed(s.processed_logprobs(l, hist),
+                   {2.0f / 2 - 0.5f - 0.25f, -2.0f * 2 - 0.5f - 0.5f, 1.0f, 0.5f / 2 - 0.5f - 0.75f});
 }
 
 TEST(Sampler, PenaltyContextWindowLimitsHistory) {
@@ -165,10 +172,9 @@ TEST(Sampler, PenaltyContextWindowLimitsHistory) {
   SamplingParams p;
   p.frequency_penalty = 1.0f;
   p.frequency_context = 2;  // only the last two tokens (1, 1)
+  p.temperature = 1.0f;
   Sampler s(p);
-  s.sample(l, hist);
-  EXPECT_FLOAT_EQ(l[0], 1.0f);
-  EXPECT_FLOAT_EQ(l[1], -1.0f);
+  expect_processed(s.processed_logprobs(l, hist), {1.0f, -1.0f});
 }
 
 TEST(Sampler, ValidateRejectsBadParams) {

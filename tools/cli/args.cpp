@@ -90,7 +90,7 @@ void add_load_options(CLI::App& app, LoadArgs& l) {
            std::size_t i = 0;
            runtime::parse_load_flag(a, i, l.load);
          },
-         "where the model runs: cpu (default) or gpu (the CUDA or ROCm backend of this build)")
+         "where the model runs: gpu (the CUDA or ROCm backend of this build; the default when a device is present) or cpu")
       ->type_name("cpu|gpu");
   app.add_option("-t,--threads", l.threads, "CPU threads (default: all cores, or MLXCEL_THREADS)")
       ->type_name("N")

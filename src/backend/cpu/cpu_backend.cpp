@@ -18,6 +18,7 @@
 #include "backend/cpu/rope.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
+#include "backend/cpu/sample.h"
 
 namespace mlxcel::cpu {
 
@@ -432,6 +433,15 @@ void CpuBackend::moe_experts(const MoeExpertsArgs& a) {
 void CpuBackend::gather_rows(const GatherRowsArgs& a) {
   for (std::int64_t i = 0; i < a.n; ++i)
     std::copy_n(row(a.src, a.host_rows[i]), a.src.cols, row(a.dst, i));
+}
+
+void CpuBackend::sample(const SampleArgs& a) {
+  const std::int64_t vocab = a.logits.cols;
+  for (std::int64_t i = 0; i < a.n; ++i) {
+    const SampleRow& r = a.rows[i];
+    const std::uint32_t* mask = r.mask_row >= 0 ? a.masks + r.mask_row * a.mask_words : nullptr;
+    sample_row(row(a.logits, r.logit_row), vocab, r, a.procs, mask, a.scratch + i * vocab, &a.out[i]);
+  }
 }
 
 }  // namespace mlxcel::cpu

@@ -35,6 +35,7 @@ class CpuBackend final : public backend::Backend {
   void moe_route(const backend::MoeRouteArgs& a) override;
   void moe_experts(const backend::MoeExpertsArgs& a) override;
   void gather_rows(const backend::GatherRowsArgs& a) override;
+  void sample(const backend::SampleArgs& a) override;
 
   bool wants_window_order() const override { return numerics_ == backend::Numerics::kMlx; }
 

@@ -29,6 +29,8 @@ constexpr gpuError_t gpuErrorNotReady = hipErrorNotReady;
 #define gpuMemGetInfo hipMemGetInfo
 #define gpuMalloc hipMalloc
 #define gpuFree hipFree
+#define gpuHostAlloc(p, n) hipHostMalloc((p), (n), 0)
+#define gpuFreeHost hipHostFree
 #define gpuMemcpyAsync hipMemcpyAsync
 #define gpuMemsetAsync hipMemsetAsync
 #define gpuMemcpyHostToDevice hipMemcpyHostToDevice
@@ -96,6 +98,8 @@ constexpr gpuError_t gpuErrorNotReady = cudaErrorNotReady;
 #define gpuMemGetInfo cudaMemGetInfo
 #define gpuMalloc cudaMalloc
 #define gpuFree cudaFree
+#define gpuHostAlloc(p, n) cudaMallocHost((p), (n))
+#define gpuFreeHost cudaFreeHost
 #define gpuMemcpyAsync cudaMemcpyAsync
 #define gpuMemsetAsync cudaMemsetAsync
 #define gpuMemcpyHostToDevice cudaMemcpyHostToDevice

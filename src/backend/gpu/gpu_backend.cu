@@ -50,10 +50,9 @@ bool GpuBackend::supports(const OpSignature& sig) const {
 }
 
 backend::DeviceBuffer GpuBackend::allocate(backend::MemoryKind kind, std::size_t bytes) {
+  ensure_device(device_);
   if (kind == backend::MemoryKind::kPinnedHost)
-    throw_error(ErrorCategory::kUnsupported,
-                "GPU backend: pinned host memory is not implemented yet (allocate kWorkspace and "
-                "copy instead)");
+    return backend::DeviceBuffer(this, host_alloc(bytes), bytes, kind);
   static const char* const kWhat[] = {"weights", "KV cache", "workspace", "pinned host"};
   void* p = Allocator::for_device(device_).allocate(bytes, kWhat[static_cast<int>(kind)]);
   // Zeroed like the CPU backend's memory, so a planning bug reads zeros, never stale data.
@@ -61,12 +60,14 @@ backend::DeviceBuffer GpuBackend::allocate(backend::MemoryKind kind, std::size_t
   return backend::DeviceBuffer(this, p, bytes, kind);
 }
 
-void GpuBackend::release(void* data, std::size_t, backend::MemoryKind) {
+void GpuBackend::release(void* data, std::size_t, backend::MemoryKind kind) {
+  if (kind == backend::MemoryKind::kPinnedHost) return host_free(data);
   Allocator::for_device(device_).release(data);
 }
 
 void GpuBackend::copy(void* dst, const void* src, std::size_t bytes, backend::CopyKind kind) {
   if (bytes == 0) return;
+  ensure_device(device_);
   try {
     switch (kind) {
       case backend::CopyKind::kHostToDevice:
@@ -87,6 +88,7 @@ void GpuBackend::copy(void* dst, const void* src, std::size_t bytes, backend::Co
 }
 
 void GpuBackend::synchronize() {
+  ensure_device(device_);
   try {
     stream_->synchronize("synchronize");
   } catch (const Error& e) {
@@ -96,6 +98,7 @@ void GpuBackend::synchronize() {
 
 template <typename Fn>
 void GpuBackend::run(const char* op, Fn&& fn) {
+  ensure_device(device_);
   last_op_ = op;
   fn();
   if (sync_ops_) stream_->synchronize(op);
@@ -143,6 +146,10 @@ void GpuBackend::moe_experts(const backend::MoeExpertsArgs& a) {
 }
 void GpuBackend::gather_rows(const backend::GatherRowsArgs& a) {
   run("gather_rows", [&] { kernels::gather_rows(a, *stream_); });
+}
+
+void GpuBackend::sample(const backend::SampleArgs& a) {
+  run("sample", [&] { kernels::sample(a, *stream_); });
 }
 
 std::unique_ptr<backend::Backend> create_gpu_backend(BackendKind kind, int device) {

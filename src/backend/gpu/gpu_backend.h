@@ -37,6 +37,7 @@ class GpuBackend final : public backend::Backend {
   void moe_route(const backend::MoeRouteArgs& a) override;
   void moe_experts(const backend::MoeExpertsArgs& a) override;
   void gather_rows(const backend::GatherRowsArgs& a) override;
+  void sample(const backend::SampleArgs& a) override;
 
   int device() const { return device_; }
 

@@ -23,6 +23,7 @@ void linear(const backend::LinearArgs& a, const Stream& s);                     
 void rope_kv_append(const backend::RopeKvAppendArgs& a, const Stream& s);       // rope.cu
 void attention(const backend::AttentionArgs& a, const Stream& s);               // attention.cu
 void moe_route(const backend::MoeRouteArgs& a, const Stream& s);                // moe.cu
+void sample(const backend::SampleArgs& a, const Stream& s);                     // sample.cu
 // Scratch: moe_experts_scratch_bytes(a) bytes of device memory.
 std::size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a);
 void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& s);  // moe.cu

@@ -66,19 +66,25 @@ bool arch_supported(const std::string& arch, std::string* why) {
   return false;
 }
 
+// MLXCEL_GPU_WATCHDOG_SECS (or, finer, MLXCEL_GPU_WATCHDOG_MS); default 120 s.
 long watchdog_ms() {
   static const long ms = [] {
-    const char* e = std::getenv("MLXCEL_GPU_WATCHDOG_MS");
-    long v = e ? std::atol(e) : 0;
-    return v > 0 ? v : 120000L;
+    if (const char* e = std::getenv("MLXCEL_GPU_WATCHDOG_MS"); e && std::atol(e) > 0)
+      return std::atol(e);
+    if (const char* e = std::getenv("MLXCEL_GPU_WATCHDOG_SECS"); e && std::atof(e) > 0)
+      return static_cast<long>(std::atof(e) * 1000.0);
+    return 120000L;
   }();
   return ms;
 }
 
-// Polls an event until it completes, with a deadline, so a hung device becomes an error.
+// Polls an event until it completes, with a deadline, so a hung device becomes an error. The
+// first 200 us spin (a decode step's kernels finish within that, and a sleep would add the
+// scheduler's wake-up latency to every token); after that it sleeps in steps of at most 50 us.
 void wait_event(gpuEvent_t ev, const char* op, int device) {
-  auto start = std::chrono::steady_clock::now();
-  auto sleep = std::chrono::microseconds(2);
+  const auto start = std::chrono::steady_clock::now();
+  constexpr auto kSpin = std::chrono::microseconds(200);
+  auto sleep = std::chrono::microseconds(5);
   while (true) {
     gpuError_t st = gpuEventQuery(ev);
     if (st == gpuSuccess) return;
@@ -90,10 +96,12 @@ void wait_event(gpuEvent_t ev, const char* op, int device) {
       throw_error(ErrorCategory::kDeviceFault,
                   std::string(MLXCEL_GPU_VENDOR ":") + std::to_string(device) + ": " + op +
                       " did not complete within " + std::to_string(watchdog_ms()) +
-                      " ms (watchdog, MLXCEL_GPU_WATCHDOG_MS); the device may be hung");
+                      " ms (watchdog, MLXCEL_GPU_WATCHDOG_SECS); the device may be hung or a kernel "
+                      "may loop forever: rerun with MLXCEL_GPU_SYNC_OPS=1 to find the op");
     }
+    if (std::chrono::steady_clock::now() - start < kSpin) continue;
     std::this_thread::sleep_for(sleep);
-    if (sleep < std::chrono::microseconds(500)) sleep *= 2;
+    if (sleep < std::chrono::microseconds(50)) sleep *= 2;
   }
 }
 
@@ -122,7 +130,8 @@ class CachingAllocator final : public Allocator {
       it->second.pop_back();
       stats_.cached_bytes -= sz;
     } else {
-      GPU_CHECK(gpuSetDevice(device_), "allocate", device_);
+      // The device is the calling thread's current one (GpuBackend selects it once per thread
+      // through ensure_device); no device switch hides in here.
       gpuError_t err = gpuMalloc(&p, sz);
       if (err != gpuSuccess) {
         (void)gpuGetLastError();
@@ -269,6 +278,27 @@ void use_device(int index) {
   if (!devs[index].supported)
     throw_error(ErrorCategory::kUnsupported, devs[index].unsupported_reason);
   GPU_CHECK(gpuSetDevice(index), "use_device", index);
+}
+
+void ensure_device(int index) {
+  thread_local int current = -1;
+  if (current == index) return;
+  GPU_CHECK(gpuSetDevice(index), "select device", index);
+  current = index;
+}
+
+void* host_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  if (gpuHostAlloc(&p, std::max<std::size_t>(bytes, 1)) != gpuSuccess) {
+    (void)gpuGetLastError();
+    throw_error(ErrorCategory::kOutOfMemory, "cannot allocate " + std::to_string(bytes) +
+                                                 " bytes of page-locked host memory");
+  }
+  return p;
+}
+
+void host_free(void* p) {
+  if (p) (void)gpuFreeHost(p);
 }
 
 Stream::Stream(int device) : device_(device) {

@@ -37,6 +37,17 @@ std::string runtime_version();  // "CUDA runtime 13.0 / driver 13.0", "HIP 5.2"
 
 // Selects a device for this thread; throws (unsupported) if the binary lacks code for its arch.
 void use_device(int index);
+// Makes `index` the calling thread's current device if it is not already (remembered per thread,
+// so the runtime call happens once per thread and device, not on every operation).
+void ensure_device(int index);
+
+// Runs a deliberate fault on `device` ("oob": a kernel writes far out of bounds; "spin": a kernel
+// that never ends; "oom": a 1 PiB allocation) and throws the Error it becomes (selftest).
+void inject_fault(const std::string& kind, int device);
+
+// Page-locked host memory (fast, truly asynchronous copies); out_of_memory names the size.
+void* host_alloc(std::size_t bytes);
+void host_free(void* p);
 
 class Stream {
  public:

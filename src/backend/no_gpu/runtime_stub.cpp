@@ -25,6 +25,10 @@ std::vector<DeviceInfo> list_devices(std::string* why_none) {
 }
 std::string runtime_version() { return "none"; }
 void use_device(int) { no_gpu("use_device"); }
+void ensure_device(int) { no_gpu("ensure_device"); }
+void* host_alloc(std::size_t) { no_gpu("host_alloc"); }
+void host_free(void*) {}
+void inject_fault(const std::string&, int) { no_gpu("inject_fault"); }
 
 Stream::Stream(int) { no_gpu("Stream"); }
 Stream::~Stream() = default;

@@ -1,6 +1,6 @@
 #pragma once
 // Tiny random models built in memory for every family (config.json as a JSON object, bf16 weights,
-// optionally affine 4-bit), shared by the engine tests.
+// optionally affine 4-bit), shared by the engine tests and `mlxcel selftest`.
 #include <cmath>
 #include <random>
 #include <string>
