@@ -367,7 +367,7 @@ std::vector<std::string> default_tokenizer_roots() {
 }
 
 SynthPlan plan(const SynthOptions& o) {
-  const ModelShape& s = find_shape(o.like);
+  const ModelShape& shape_in = find_shape(o.like);
   const QuantChoice& q = find_quant(o.quant);
   QuantParams qp = default_params(q.mode);
   qp.bits = q.bits;
@@ -378,7 +378,10 @@ SynthPlan plan(const SynthOptions& o) {
   }
   if (q.quantized) check_params(qp, "--quant " + std::string(q.name) + " --group-size");
   if (o.layers < 0) throw_error(ErrorCategory::kBadInput, "--layers must be positive");
-  const std::int64_t layers = o.layers > 0 ? o.layers : s.layers;
+  const std::int64_t layers = o.layers > 0 ? o.layers : shape_in.layers;
+  if (o.vocab < 0) throw_error(ErrorCategory::kBadInput, "--vocab must be positive");
+  ModelShape s = shape_in;
+  if (o.vocab > 0) s.vocab = o.vocab;
   const bool gemma = std::string(s.model_type) == "gemma3_text";
   const bool moe = s.experts > 0;
   const bool qk_norm = std::string(s.model_type) != "llama";
@@ -683,6 +686,8 @@ SynthReport write_checkpoint(const SynthOptions& o, const std::string& out_dir) 
     for (const auto& [src, dst] : tf->files) {
       fs::copy_file(fs::path(tok_src) / src, out / dst, fs::copy_options::overwrite_existing, ec);
       if (ec) throw_error(ErrorCategory::kBadInput, (fs::path(tok_src) / src).string() + ": cannot copy (" + ec.message() + ")");
+      // Fixture files may be read-only; the copies belong to the new checkpoint.
+      fs::permissions(out / dst, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add, ec);
     }
   }
   rep.bytes = pl.total_bytes();

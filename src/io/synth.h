@@ -19,6 +19,7 @@ struct SynthOptions {
   int group_size = 0;            // 0 = the mode's default (affine 64)
   std::uint64_t seed = 0;
   int layers = 0;                // 0 = the real model's layer count (tests use 2)
+  std::int64_t vocab = 0;        // 0 = the real vocabulary (tests shrink it: MLX's CPU matmuls are slow)
   std::string tokenizer_dir;     // "" = search the fixture folders (see default_tokenizer_roots)
   bool no_tokenizer = false;
   bool force = false;            // replace the checkpoint files in a non-empty OUT

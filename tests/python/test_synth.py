@@ -21,8 +21,9 @@ if not TOKENIZERS.exists():
     TOKENIZERS = pathlib.Path("/work/shared/fixtures/tokenizers")
 
 TOKENS = [1, 415, 2936, 9060, 285, 1142, 10575, 754, 272, 17898, 3914, 28723, 13, 1014, 349, 264]
-# Logits are bf16 in both engines (|logit| of a few units: bf16 spacing 1/64 .. 1/32); the rest is
-# the fast numerics' fp32 accumulation against MLX's rounding order.
+# Fast numerics against mlx-lm run in float32 (the dequantized weights are the same numbers; MLX's
+# bf16 CPU matmuls are themselves ~0.25 off on these unit-scale logits, see the exact test): what
+# is left is the bf16 rounding of activations at op boundaries, ~0.05 after two layers.
 LOGIT_TOL = 0.1
 
 
@@ -36,25 +37,27 @@ def synth(out, like, quant="affine4", *extra):
     return out
 
 
-def mlx_logits(model_dir, load_fn):
-    model = load_fn(pathlib.Path(model_dir))
-    logits = model(mx.array(TOKENS)[None])[0].astype(mx.float32)
+def mlx_logits(model, f32, toks=TOKENS):
+    if f32:
+        model.set_dtype(mx.float32)  # scales, biases and norms widen exactly; codes stay packed
+    logits = model(mx.array(toks)[None])[0].astype(mx.float32)
     mx.eval(logits)
     return np.array(logits)
 
 
-def our_topk(model_dir, tmp, k=64):
+def our_topk(model_dir, tmp, numerics="fast", k=64, toks=TOKENS):
     ids = tmp / "ids.json"
-    ids.write_text(json.dumps(TOKENS))
-    out = tmp / "ours.json"
-    r = run("trace", "-m", model_dir, "--tokens", ids, "--width", "w256", "--top-k", k, "-o", out)
+    ids.write_text(json.dumps(toks))
+    out = tmp / ("ours-%s.json" % numerics)
+    r = run("trace", "-m", model_dir, "--tokens", ids, "--width", "w256", "--top-k", k, "--numerics", numerics,
+            "-o", out)
     assert r.returncode == 0, r.stderr
     return json.loads(out.read_text())["positions"]
 
 
-def assert_logits_match(ref, ours):
+def assert_logits_match(ref, ours, tol):
     assert np.isfinite(ref).all()
-    assert len(ours) == len(TOKENS)
+    assert len(ours) == len(ref)
     worst = 0.0
     for p in ours:
         row = ref[p["pos"]]
@@ -62,9 +65,16 @@ def assert_logits_match(ref, ours):
         assert np.isfinite(vals).all()
         diffs = np.abs(vals - row[[i for i, _ in p["top"]]])
         worst = max(worst, float(diffs.max()))
-        # Our top-1 is (within the tolerance) mlx-lm's maximum.
-        assert row[p["top"][0][0]] >= row.max() - 2 * LOGIT_TOL
-    assert worst <= LOGIT_TOL, worst
+        # Our top-1 is (within the tolerance) the reference's maximum.
+        assert row[p["top"][0][0]] >= row.max() - 2 * tol
+    assert worst <= tol, worst
+
+
+def check_against_mlx_lm(d, tmp, model=None):
+    """--numerics mlx equals mlx-lm (bf16) exactly; fast equals mlx-lm in float32 within LOGIT_TOL."""
+    load = lambda: model if model is not None else mlx_lm_utils.load_model(pathlib.Path(d))[0]
+    assert_logits_match(mlx_logits(load(), f32=False), our_topk(d, tmp, "mlx"), 0.0)
+    assert_logits_match(mlx_logits(load(), f32=True), our_topk(d, tmp, "fast"), LOGIT_TOL)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +86,7 @@ def test_smollm2_loads_in_mlx_lm_and_matches(smol, tmp_path):
     import mlx_lm
     model, tok = mlx_lm.load(str(smol))  # strict: every tensor name and shape as mlx-lm expects
     assert tok.encode("hello world")  # the copied tokenizer works in HF tokenizers
-    assert_logits_match(mlx_logits(smol, lambda p: model), our_topk(smol, tmp_path))
+    check_against_mlx_lm(smol, tmp_path)
 
 
 def test_weight_statistics_by_mlx_dequantize(smol):
@@ -103,26 +113,50 @@ def test_inspect_and_generate(smol):
 @pytest.mark.parametrize("quant", ["affine8", "mxfp4", "mxfp8", "nvfp4", "bf16"])
 def test_modes_load_in_mlx_lm_and_match(quant, tmp_path):
     d = synth(tmp_path / quant, "smollm2-135m", quant, "--layers", "1")
-    assert_logits_match(mlx_logits(d, lambda p: mlx_lm_utils.load_model(p)[0]), our_topk(d, tmp_path))
+    check_against_mlx_lm(d, tmp_path)
 
 
 @pytest.mark.parametrize("like", ["qwen3-30b-a3b", "gemma3-1b"])
 def test_real_shapes_moe_and_gemma(like, tmp_path):
-    d = synth(tmp_path / like, like, "affine4", "--layers", "1", "--no-tokenizer")
+    """Real widths (experts, heads, head_dim 256, sliding windows), one layer, a small vocabulary:
+    MLX's CPU quantized matmuls take minutes over a real 150k-262k vocabulary."""
+    layers = "6" if like.startswith("gemma") else "1"  # mlx-lm's gemma3 needs one global layer (every 6th)
+    d = synth(tmp_path / like, like, "affine4", "--layers", layers, "--vocab", "1024", "--no-tokenizer")
     cfg = json.loads((d / "config.json").read_text())
     if like == "qwen3-30b-a3b":
         assert cfg["quantization"]["model.layers.0.mlp.gate"] == {"group_size": 64, "bits": 8}
         assert (cfg["num_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"]) == (128, 8, 768)
-    assert_logits_match(mlx_logits(d, lambda p: mlx_lm_utils.load_model(p)[0]), our_topk(d, tmp_path))
+    toks = [t % 1024 for t in TOKENS[:6]]
+    model = mlx_lm_utils.load_model(pathlib.Path(d))[0]
+    assert_logits_match(mlx_logits(model, False, toks), our_topk(d, tmp_path, "mlx", toks=toks), 0.0)
+    fast = our_topk(d, tmp_path, "fast", toks=toks)
+    if like == "qwen3-30b-a3b":
+        # The top-8 of 128 random router logits has near-ties, so rounding may pick another expert:
+        # the exact check above carries the layout; here only finiteness.
+        assert all(np.isfinite([v for _, v in p["top"]]).all() for p in fast)
+    else:
+        assert_logits_match(mlx_logits(model, True, toks), fast, LOGIT_TOL)
 
 
-def test_output_independent_of_threads_and_sharded(tmp_path):
+def test_output_independent_of_threads_and_sharding(tmp_path):
     a = synth(tmp_path / "a", "smollm2-135m", "affine4", "--layers", "1", "-t", "1")
     b = synth(tmp_path / "b", "smollm2-135m", "affine4", "--layers", "1", "-t", "3")
     digest = lambda p: hashlib.sha256((p / "model.safetensors").read_bytes()).hexdigest()
     assert digest(a) == digest(b)
     c = synth(tmp_path / "c", "smollm2-135m", "affine4", "--layers", "1", "--seed", "1")
     assert digest(c) != digest(a)
+    # Sharded as mlx-lm's make_shards: same tensors, an index naming each one's shard.
+    s = synth(tmp_path / "s", "smollm2-135m", "affine4", "--layers", "1", "--max-shard-bytes", str(4 << 20))
+    index = json.loads((s / "model.safetensors.index.json").read_text())
+    shards = sorted(p.name for p in s.glob("model-*.safetensors"))
+    assert len(shards) >= 2 and set(index["weight_map"].values()) == set(shards)
+    assert all(p.stat().st_size <= (4 << 20) + 4096 or len(mx.load(str(p))) == 1 for p in s.glob("model-*"))
+    one = mx.load(str(a / "model.safetensors"))
+    merged = {}
+    for p in shards:
+        merged.update(mx.load(str(s / p)))
+    assert set(merged) == set(one) and all(mx.array_equal(merged[k], one[k]).item() for k in one)
+    check_against_mlx_lm(s, tmp_path)
 
 
 def test_bad_input_gets_one_clear_error(tmp_path):

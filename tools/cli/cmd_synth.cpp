@@ -38,9 +38,15 @@ int cmd_synth(const std::vector<std::string>& args) {
   app.add_option("--layers", o.layers, "override the layer count (small test checkpoints)")
       ->type_name("N")
       ->check(in_range(1, 1000));
+  app.add_option("--vocab", o.vocab, "override the vocabulary size (small test checkpoints)")
+      ->type_name("N")
+      ->check(in_range(1, 1 << 22));
   app.add_option("--tokenizer", o.tokenizer_dir,
                  "fixture tokenizer folder (default: $MLXCEL_TOKENIZERS or shared/fixtures/tokenizers)")
       ->type_name("DIR");
+  app.add_option("--max-shard-bytes", o.shard_bytes, "shard size limit (default 5 GiB, as mlx-lm)")
+      ->type_name("N")
+      ->check(CLI::Range(std::uint64_t{1} << 20, std::uint64_t{1} << 40).description(""));
   app.add_flag("--no-tokenizer", o.no_tokenizer, "write no tokenizer files (mlxcel bench needs none)");
   app.add_flag("--force", o.force, "replace the checkpoint in a non-empty OUT");
   app.add_option("-t,--threads", o.threads, "writer threads (default: all cores)")
