@@ -153,16 +153,27 @@ void fill(const PlannedTensor& t, std::uint64_t b, std::uint64_t e, std::uint8_t
   switch (t.fill) {
     case Fill::kRandomBytes:
     case Fill::kFp8Gauss: {
+      // Chunks start on 8-byte boundaries (16 MiB items from tensor offset 0); only a tensor's
+      // last word can be partial.
       const bool lut = t.fill == Fill::kFp8Gauss;
       const auto& L = fp8_lut();
-      for (std::uint64_t w = b / 8; w * 8 < e; ++w) {
+      const std::uint64_t w0 = b / 8, full = e / 8;
+      for (std::uint64_t w = w0; w < full; ++w) {
         std::uint64_t h = mix(t.key + w);
+        if (lut) {
+          std::uint64_t m = 0;
+          for (int k = 0; k < 8; ++k) m |= static_cast<std::uint64_t>(L.code[(h >> (8 * k)) & 0xff]) << (8 * k);
+          h = m;
+        }
+        std::memcpy(out + (w - w0) * 8, &h, 8);
+      }
+      if (full * 8 < e) {
+        std::uint64_t h = mix(t.key + full);
         std::uint8_t bytes[8];
         std::memcpy(bytes, &h, 8);
         if (lut)
           for (auto& x : bytes) x = L.code[x];
-        const std::uint64_t lo = std::max(w * 8, b), hi = std::min(w * 8 + 8, e);
-        std::memcpy(out + (lo - b), bytes + (lo - w * 8), hi - lo);
+        std::memcpy(out + (full * 8 - b), bytes, e - full * 8);
       }
       break;
     }
