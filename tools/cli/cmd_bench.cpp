@@ -304,7 +304,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::printf("model: %s (%s, %s %s), weights %.1f MiB, decode streams %.1f MiB/token\n", model_dir.c_str(),
               shape.c_str(), cfg.model_type.c_str(), quant.c_str(), model.weight_bytes() / 1048576.0,
               bytes_tok / 1048576.0);
-  std::printf("backend: %s; %s\n", be.name().c_str(), on_gpu ? runtime_ver.c_str() : "");
+  std::printf("backend: %s%s%s\n", be.name().c_str(), on_gpu ? "; " : "", on_gpu ? runtime_ver.c_str() : "");
   if (!on_gpu) std::printf("machine: %d threads, ", threads);
   std::printf("measured bandwidth %.1f GB/s (%s) -> decode roofline %.1f tok/s\n", bw, probe, roofline);
   std::printf("| test | tok/s (median of %d) | roofline | ratio |\n|---|---|---|---|\n", repeats);
