@@ -48,9 +48,11 @@ const ModelShape kShapes[] = {
      "qwen3", 128, 8, 768},
     // Gemma 3: no Gemma tokenizer in the fixtures, Phi-3's (32064 ids < vocab) stands in.
     {"gemma3-1b", "gemma3_text", 1152, 26, 6912, 4, 1, 256, 262144, 1e6, 1e-6, true, 32768, "phi3"},
-    {"gemma3-4b", "gemma3_text", 2560, 34, 10240, 8, 4, 256, 262208, 1e6, 1e-6, true, 131072, "phi3"},
+    {"gemma3-4b", "gemma3_text", 2560, 34, 10240, 8, 4, 256, 262208, 1e6, 1e-6, true, 131072,
+     "phi3"},
     // SmolLM2's own tokenizer is not in the fixtures; Mistral v0.3's (32768 ids) stands in.
-    {"smollm2-135m", "llama", 576, 30, 1536, 9, 3, 64, 49152, 100000.0, 1e-5, true, 8192, "mistral"},
+    {"smollm2-135m", "llama", 576, 30, 1536, 9, 3, 64, 49152, 100000.0, 1e-5, true, 8192,
+     "mistral"},
 };
 
 // Fixture tokenizer folders: source file -> name in the checkpoint.
@@ -61,16 +63,20 @@ struct TokenizerFiles {
 };
 const std::vector<TokenizerFiles>& tokenizer_table() {
   static const std::vector<TokenizerFiles> t = {
-      {"qwen3", "qwen2.5",
+      {"qwen3",
+       "qwen2.5",
        {{"vocab.json", "vocab.json"},
         {"merges.txt", "merges.txt"},
         {"tokenizer_config.Qwen3-0.6B.json", "tokenizer_config.json"}}},
-      {"llama3", "llama3-tiktoken",
+      {"llama3",
+       "llama3-tiktoken",
        {{"tokenizer.model", "tokenizer.model"},
         {"tokenizer_config.Llama-3.1-8B.json", "tokenizer_config.json"}}},
-      {"mistral", "mistral-7b-v0.3-metaspace",
+      {"mistral",
+       "mistral-7b-v0.3-metaspace",
        {{"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"}}},
-      {"phi3", "phi-3-mini",
+      {"phi3",
+       "phi-3-mini",
        {{"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"}}},
   };
   return t;
@@ -123,8 +129,10 @@ struct Fp8Lut {
       double lo = -8, hi = 8;
       for (int it = 0; it < 80; ++it) {
         const double mid = 0.5 * (lo + hi);
-        if (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p) lo = mid;
-        else hi = mid;
+        if (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p)
+          lo = mid;
+        else
+          hi = mid;
       }
       code[b] = float_to_fp8_e4m3(static_cast<float>(0.5 * (lo + hi)));
       const double v = fp8_e4m3_to_float(code[b]);
@@ -162,7 +170,8 @@ void fill(const PlannedTensor& t, std::uint64_t b, std::uint64_t e, std::uint8_t
         std::uint64_t h = mix(t.key + w);
         if (lut) {
           std::uint64_t m = 0;
-          for (int k = 0; k < 8; ++k) m |= static_cast<std::uint64_t>(L.code[(h >> (8 * k)) & 0xff]) << (8 * k);
+          for (int k = 0; k < 8; ++k)
+            m |= static_cast<std::uint64_t>(L.code[(h >> (8 * k)) & 0xff]) << (8 * k);
           h = m;
         }
         std::memcpy(out + (w - w0) * 8, &h, 8);
@@ -300,7 +309,8 @@ const ModelShape& find_shape(const std::string& like) {
     if (lower(like) == s.like) return s;
   std::string names;
   for (const auto& n : shape_names()) names += (names.empty() ? "" : ", ") + n;
-  throw_error(ErrorCategory::kBadInput, "--like '" + like + "' is not a known shape; choose one of: " + names);
+  throw_error(ErrorCategory::kBadInput,
+              "--like '" + like + "' is not a known shape; choose one of: " + names);
 }
 
 const QuantChoice& find_quant(const std::string& name) {
@@ -308,7 +318,8 @@ const QuantChoice& find_quant(const std::string& name) {
     if (lower(name) == q.name) return q;
   std::string names;
   for (const auto& n : quant_names()) names += (names.empty() ? "" : ", ") + n;
-  throw_error(ErrorCategory::kBadInput, "--quant '" + name + "' is not known; choose one of: " + names);
+  throw_error(ErrorCategory::kBadInput,
+              "--quant '" + name + "' is not known; choose one of: " + names);
 }
 
 json quant_json(const QuantParams& p) {
@@ -320,7 +331,8 @@ json quant_json(const QuantParams& p) {
 }
 
 // Writes whole buffers with pwrite, retrying short writes; throws naming the file.
-void pwrite_all(int fd, const std::uint8_t* p, std::uint64_t n, std::uint64_t off, const std::string& path) {
+void pwrite_all(int fd, const std::uint8_t* p, std::uint64_t n, std::uint64_t off,
+                const std::string& path) {
   while (n > 0) {
     const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
     if (w < 0) {
@@ -336,9 +348,9 @@ void pwrite_all(int fd, const std::uint8_t* p, std::uint64_t n, std::uint64_t of
 
 struct Shard {
   std::string name;
-  std::vector<std::size_t> tensors;  // indices into the plan
+  std::vector<std::size_t> tensors;    // indices into the plan
   std::vector<std::uint64_t> offsets;  // absolute file offsets of each tensor's data
-  std::string header;                // 8-byte length + JSON, padded to a multiple of 8
+  std::string header;                  // 8-byte length + JSON, padded to a multiple of 8
   std::uint64_t size = 0;
 };
 
@@ -384,7 +396,8 @@ SynthPlan plan(const SynthOptions& o) {
   qp.bits = q.bits;
   if (o.group_size > 0) {
     if (!q.quantized)
-      throw_error(ErrorCategory::kBadInput, "--group-size applies to quantized modes, not --quant bf16");
+      throw_error(ErrorCategory::kBadInput,
+                  "--group-size applies to quantized modes, not --quant bf16");
     qp.group_size = o.group_size;
   }
   if (q.quantized) check_params(qp, "--quant " + std::string(q.name) + " --group-size");
@@ -450,8 +463,11 @@ SynthPlan plan(const SynthOptions& o) {
   const std::string like = s.like;
   if (like == "llama-3.1-8b") {
     c["architectures"].push_back("LlamaForCausalLM");
-    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
     c["bos_token_id"] = 128000;
     c["eos_token_id"] = {128001, 128008, 128009};
     c["attention_bias"] = false;
@@ -493,8 +509,11 @@ SynthPlan plan(const SynthOptions& o) {
     c["quantization"] = qj;
     c["quantization_config"] = qj;
   }
-  c["mlxcel_synth"] = {{"like", s.like}, {"quant", q.name}, {"seed", o.seed},
-                       {"note", "random weights with this model's shapes, written by mlxcel synth"}};
+  c["mlxcel_synth"] = {
+      {"like", s.like},
+      {"quant", q.name},
+      {"seed", o.seed},
+      {"note", "random weights with this model's shapes, written by mlxcel synth"}};
   SynthPlan plan;
   plan.config_json = c.dump(2) + "\n";
   plan.tensors = std::move(p.out);
@@ -523,10 +542,11 @@ SynthReport write_checkpoint(const SynthOptions& o, const std::string& out_dir) 
       if (complete(d / tf->folder)) d /= tf->folder;
       if (!complete(d)) {
         std::string need;
-        for (const auto& [src, dst] : tf->files) need += std::string(need.empty() ? "" : ", ") + src;
-        throw_error(ErrorCategory::kBadInput,
-                    "--tokenizer " + o.tokenizer_dir + ": needs " + need + " (directly or in a '" +
-                        tf->folder + "' subfolder); or pass --no-tokenizer");
+        for (const auto& [src, dst] : tf->files)
+          need += std::string(need.empty() ? "" : ", ") + src;
+        throw_error(ErrorCategory::kBadInput, "--tokenizer " + o.tokenizer_dir + ": needs " + need +
+                                                  " (directly or in a '" + tf->folder +
+                                                  "' subfolder); or pass --no-tokenizer");
       }
       tok_src = d.string();
     } else {
@@ -541,11 +561,14 @@ SynthReport write_checkpoint(const SynthOptions& o, const std::string& out_dir) 
   fs::path out(out_dir);
   std::error_code ec;
   if (fs::exists(out) && !fs::is_directory(out))
-    throw_error(ErrorCategory::kBadInput, out_dir + ": exists and is not a folder; choose another OUT");
+    throw_error(ErrorCategory::kBadInput,
+                out_dir + ": exists and is not a folder; choose another OUT");
   if (fs::is_directory(out) && !fs::is_empty(out)) {
     if (!o.force)
-      throw_error(ErrorCategory::kBadInput,
-                  out_dir + ": folder is not empty; choose a new OUT or pass --force to replace its checkpoint");
+      throw_error(
+          ErrorCategory::kBadInput,
+          out_dir +
+              ": folder is not empty; choose a new OUT or pass --force to replace its checkpoint");
     for (const auto& e : fs::directory_iterator(out)) {
       const std::string n = e.path().filename().string();
       if (n.rfind("model", 0) == 0 && (n.ends_with(".safetensors") || n.ends_with(".json")))
@@ -553,7 +576,9 @@ SynthReport write_checkpoint(const SynthOptions& o, const std::string& out_dir) 
     }
   }
   fs::create_directories(out, ec);
-  if (ec) throw_error(ErrorCategory::kBadInput, out_dir + ": cannot create folder (" + ec.message() + ")");
+  if (ec)
+    throw_error(ErrorCategory::kBadInput,
+                out_dir + ": cannot create folder (" + ec.message() + ")");
 
   // Shards: greedy in plan order at shard_bytes, as mlx-lm's make_shards.
   std::vector<Shard> shards(1);
@@ -608,7 +633,8 @@ SynthReport write_checkpoint(const SynthOptions& o, const std::string& out_dir) 
   for (std::size_t k = 0; k < ns; ++k)
     for (std::size_t j = 0; j < shards[k].tensors.size(); ++j) {
       const std::uint64_t n = pl.tensors[shards[k].tensors[j]].nbytes();
-      for (std::uint64_t b = 0; b < n; b += kChunk) items.push_back({k, j, b, std::min(n, b + kChunk)});
+      for (std::uint64_t b = 0; b < n; b += kChunk)
+        items.push_back({k, j, b, std::min(n, b + kChunk)});
     }
   std::vector<int> fds(ns, -1);
   std::vector<std::string> partial(ns);
@@ -631,11 +657,14 @@ SynthReport write_checkpoint(const SynthOptions& o, const std::string& out_dir) 
       const std::string why = std::strerror(errno);
       cleanup();
       throw_error(ErrorCategory::kBadInput, partial[k] + ": cannot size to " +
-                                                std::to_string(shards[k].size) + " bytes (" + why + ")");
+                                                std::to_string(shards[k].size) + " bytes (" + why +
+                                                ")");
     }
   }
-  int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(threads), std::max<std::size_t>(1, items.size())));
+  int threads = o.threads > 0 ? o.threads
+                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(threads),
+                                                   std::max<std::size_t>(1, items.size())));
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
   std::string failure;
@@ -648,7 +677,8 @@ SynthReport write_checkpoint(const SynthOptions& o, const std::string& out_dir) 
         const Shard& sh = shards[it.shard];
         const PlannedTensor& t = pl.tensors[sh.tensors[it.slot]];
         fill(t, it.b, it.e, buf.data());
-        pwrite_all(fds[it.shard], buf.data(), it.e - it.b, sh.offsets[it.slot] + it.b, partial[it.shard]);
+        pwrite_all(fds[it.shard], buf.data(), it.e - it.b, sh.offsets[it.slot] + it.b,
+                   partial[it.shard]);
       }
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lk(failure_mu);
@@ -696,9 +726,12 @@ SynthReport write_checkpoint(const SynthOptions& o, const std::string& out_dir) 
   if (!tok_src.empty()) {
     for (const auto& [src, dst] : tf->files) {
       fs::copy_file(fs::path(tok_src) / src, out / dst, fs::copy_options::overwrite_existing, ec);
-      if (ec) throw_error(ErrorCategory::kBadInput, (fs::path(tok_src) / src).string() + ": cannot copy (" + ec.message() + ")");
+      if (ec)
+        throw_error(ErrorCategory::kBadInput,
+                    (fs::path(tok_src) / src).string() + ": cannot copy (" + ec.message() + ")");
       // Fixture files may be read-only; the copies belong to the new checkpoint.
-      fs::permissions(out / dst, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add, ec);
+      fs::permissions(out / dst, fs::perms::owner_read | fs::perms::owner_write,
+                      fs::perm_options::add, ec);
     }
   }
   rep.bytes = pl.total_bytes();

@@ -120,11 +120,14 @@ struct BenchObserver final : runtime::SequenceObserver {
       prefilled = true;
     }
   }
-  runtime::Verdict on_token(const runtime::SampleResult&, bool, const runtime::SequenceStats&) override {
+  runtime::Verdict on_token(const runtime::SampleResult&, bool,
+                            const runtime::SequenceStats&) override {
     ++tokens;
     return runtime::Verdict::kContinue;
   }
-  void on_finish(const std::string& reason, const runtime::SequenceStats&) override { finish = reason; }
+  void on_finish(const std::string& reason, const runtime::SequenceStats&) override {
+    finish = reason;
+  }
   void on_error(const Error& e, const runtime::SequenceStats&) override { error = e; }
 };
 
@@ -152,8 +155,9 @@ RunTimes run_once(models::Model& model, runtime::KvBlockPool& pool,
   for (const auto& o : obs) {
     if (o.error) throw *o.error;
     if (!o.prefilled || o.tokens != gen)
-      throw_error(ErrorCategory::kInternal, "bench: a sequence ended after " + std::to_string(o.tokens) +
-                                                " of " + std::to_string(gen) + " tokens (" + o.finish + ")");
+      throw_error(ErrorCategory::kInternal, "bench: a sequence ended after " +
+                                                std::to_string(o.tokens) + " of " +
+                                                std::to_string(gen) + " tokens (" + o.finish + ")");
     pf = std::max(pf, o.prefill_done);
   }
   RunTimes t;
@@ -165,7 +169,8 @@ RunTimes run_once(models::Model& model, runtime::KvBlockPool& pool,
 // "affine4-g64", "mxfp4-g32", "bf16": the checkpoint's top-level quantization.
 std::string quant_label(const nlohmann::json& cfg) {
   const nlohmann::json* q = nullptr;
-  if (cfg.contains("quantization") && cfg["quantization"].is_object()) q = &cfg["quantization"];
+  if (cfg.contains("quantization") && cfg["quantization"].is_object())
+    q = &cfg["quantization"];
   else if (cfg.contains("quantization_config") && cfg["quantization_config"].is_object())
     q = &cfg["quantization_config"];
   if (!q) return cfg.value("torch_dtype", std::string("bf16")) == "float32" ? "f32" : "bf16";
@@ -183,7 +188,8 @@ std::string csv_field(const std::string& s) {
 }
 
 const char* kCsvHeader =
-    "date,commit,model,shape,quant,backend,device,arch,runtime,threads,prompt_tokens,gen_tokens,batch,"
+    "date,commit,model,shape,quant,backend,device,arch,runtime,threads,prompt_tokens,gen_tokens,"
+    "batch,"
     "repeats,prefill_tok_s,decode_tok_s,peak_device_bytes,host_peak_rss_bytes,weight_bytes,"
     "decode_weight_bytes,kv_bytes_per_position,bytes_per_token,bandwidth_gbs,bandwidth_probe,"
     "roofline_tok_s,decode_roofline_fraction";
@@ -222,8 +228,9 @@ int cmd_bench(const std::vector<std::string>& args) {
     std::ifstream f(csv);
     std::string first;
     if (f && std::getline(f, first) && !first.empty() && first != kCsvHeader)
-      throw_error(ErrorCategory::kBadInput,
-                  csv + ": has a different header (another tool or an older mlxcel bench); append to a new file");
+      throw_error(ErrorCategory::kBadInput, csv +
+                                                ": has a different header (another tool or an "
+                                                "older mlxcel bench); append to a new file");
   }
   load.apply();
   auto lm = runtime::load_model(model_dir, load.load);
@@ -231,12 +238,15 @@ int cmd_bench(const std::vector<std::string>& args) {
   auto& be = model.backend();
   const auto& cfg = model.config();
   const bool on_gpu = be.kind() != BackendKind::kCpu;
-  const int threads = load.threads > 0 ? load.threads
-                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const std::int64_t ctx = cfg.context_length() > 0 ? cfg.context_length() : (std::int64_t{1} << 30);
+  const int threads = load.threads > 0
+                          ? load.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::int64_t ctx =
+      cfg.context_length() > 0 ? cfg.context_length() : (std::int64_t{1} << 30);
   if (pp + tg + 1 > ctx)
-    throw_error(ErrorCategory::kBadInput, "bench: -p " + std::to_string(pp) + " + -n " + std::to_string(tg) +
-                                              " exceeds the model's context of " + std::to_string(ctx) + " tokens");
+    throw_error(ErrorCategory::kBadInput,
+                "bench: -p " + std::to_string(pp) + " + -n " + std::to_string(tg) +
+                    " exceeds the model's context of " + std::to_string(ctx) + " tokens");
 
   nlohmann::json raw;
   {
@@ -254,10 +264,12 @@ int cmd_bench(const std::vector<std::string>& args) {
   for (int b = 0; b < batch; ++b) {
     std::mt19937 rng(static_cast<std::uint32_t>(b));
     prompts[b].resize(static_cast<std::size_t>(pp));
-    for (auto& t : prompts[b]) t = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(cfg.vocab_size));
+    for (auto& t : prompts[b])
+      t = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(cfg.vocab_size));
   }
   constexpr int kBlock = 32;
-  runtime::KvBlockPool pool(model.kv_layout(runtime::blocks_for(pp + tg + 1, kBlock, batch), kBlock), &be);
+  runtime::KvBlockPool pool(
+      model.kv_layout(runtime::blocks_for(pp + tg + 1, kBlock, batch), kBlock), &be);
 
   std::vector<double> pp_rates, tg_rates;
   for (int r = 0; r <= repeats; ++r) {  // r == 0 is the warm-up
@@ -274,7 +286,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   const std::size_t host_rss = static_cast<std::size_t>(u.ru_maxrss) * 1024;
 
   const std::size_t probe_bytes = std::size_t{1} << 30;
-  const double bw = on_gpu ? device_copy_bandwidth_gbs(be, probe_bytes) : host_read_bandwidth_gbs(probe_bytes, threads);
+  const double bw = on_gpu ? device_copy_bandwidth_gbs(be, probe_bytes)
+                           : host_read_bandwidth_gbs(probe_bytes, threads);
   const char* probe = on_gpu ? "device d2d copy 1 GiB, read+write" : "host read 1 GiB";
 
   // A decode step reads the weights once for the whole batch and each sequence's KV cache, at the
@@ -301,16 +314,18 @@ int cmd_bench(const std::vector<std::string>& args) {
     arch = un.machine;
   }
 
-  std::printf("model: %s (%s, %s %s), weights %.1f MiB, decode streams %.1f MiB/token\n", model_dir.c_str(),
-              shape.c_str(), cfg.model_type.c_str(), quant.c_str(), model.weight_bytes() / 1048576.0,
-              bytes_tok / 1048576.0);
-  std::printf("backend: %s%s%s\n", be.name().c_str(), on_gpu ? "; " : "", on_gpu ? runtime_ver.c_str() : "");
+  std::printf("model: %s (%s, %s %s), weights %.1f MiB, decode streams %.1f MiB/token\n",
+              model_dir.c_str(), shape.c_str(), cfg.model_type.c_str(), quant.c_str(),
+              model.weight_bytes() / 1048576.0, bytes_tok / 1048576.0);
+  std::printf("backend: %s%s%s\n", be.name().c_str(), on_gpu ? "; " : "",
+              on_gpu ? runtime_ver.c_str() : "");
   if (!on_gpu) std::printf("machine: %d threads, ", threads);
-  std::printf("measured bandwidth %.1f GB/s (%s) -> decode roofline %.1f tok/s\n", bw, probe, roofline);
+  std::printf("measured bandwidth %.1f GB/s (%s) -> decode roofline %.1f tok/s\n", bw, probe,
+              roofline);
   std::printf("| test | tok/s (median of %d) | roofline | ratio |\n|---|---|---|---|\n", repeats);
   std::printf("| pp%lld b%d | %.1f | - | - |\n", static_cast<long long>(pp), batch, pp_med);
-  std::printf("| tg%lld b%d | %.2f | %.1f | %.3f |\n", static_cast<long long>(tg), batch, tg_med, roofline,
-              tg_med / roofline);
+  std::printf("| tg%lld b%d | %.2f | %.1f | %.3f |\n", static_cast<long long>(tg), batch, tg_med,
+              roofline, tg_med / roofline);
   std::printf("peak device memory: %.1f MiB; host peak RSS %.0f MiB\n", peak_device / 1048576.0,
               host_rss / 1048576.0);
 
@@ -325,12 +340,13 @@ int cmd_bench(const std::vector<std::string>& args) {
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     std::ostringstream row;
     row.precision(10);
-    row << date << "," << csv_field(b.commit) << "," << csv_field(model_dir) << "," << csv_field(shape) << ","
-        << csv_field(quant) << "," << csv_field(be.name()) << "," << csv_field(device) << "," << csv_field(arch)
-        << "," << csv_field(runtime_ver) << "," << threads << "," << pp << "," << tg << "," << batch << ","
-        << repeats << "," << pp_med << "," << tg_med << "," << peak_device << "," << host_rss << ","
-        << model.weight_bytes() << "," << w_tok << "," << kv_pos << "," << bytes_tok << "," << bw << ","
-        << csv_field(probe) << "," << roofline << "," << tg_med / roofline << "\n";
+    row << date << "," << csv_field(b.commit) << "," << csv_field(model_dir) << ","
+        << csv_field(shape) << "," << csv_field(quant) << "," << csv_field(be.name()) << ","
+        << csv_field(device) << "," << csv_field(arch) << "," << csv_field(runtime_ver) << ","
+        << threads << "," << pp << "," << tg << "," << batch << "," << repeats << "," << pp_med
+        << "," << tg_med << "," << peak_device << "," << host_rss << "," << model.weight_bytes()
+        << "," << w_tok << "," << kv_pos << "," << bytes_tok << "," << bw << "," << csv_field(probe)
+        << "," << roofline << "," << tg_med / roofline << "\n";
     f << row.str();
     if (!f) throw_error(ErrorCategory::kBadInput, csv + ": write failed");
   }
@@ -339,7 +355,8 @@ int cmd_bench(const std::vector<std::string>& args) {
 
 }  // namespace
 
-MLXCEL_COMMAND("bench", "prefill/decode throughput against the decode roofline measured in the same run",
+MLXCEL_COMMAND("bench",
+               "prefill/decode throughput against the decode roofline measured in the same run",
                cmd_bench);
 
 }  // namespace mlxcel::cli
