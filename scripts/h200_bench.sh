@@ -9,6 +9,7 @@
 # env:   MLXCEL=build/cuda/bin/mlxcel  OUT=$OUT (or ./out)  SCRATCH=/tmp/mlxcel-bench
 #        SHAPES="qwen3-0.6b llama-3.1-8b qwen3-30b-a3b"  QUANT=affine4  GROUP=64
 #        P=512 G=128 REPEAT=3  BATCH8B="1 16"  STEP_TIMEOUT=280 (seconds per synth or bench)
+#        DEVICE=gpu (cpu: a dry run of this script on a machine without a GPU)
 #        KEEP=1 keeps the checkpoints (default: each is deleted after its bench, to spare the disk)
 set -u
 MLXCEL=${MLXCEL:-build/cuda/bin/mlxcel}
@@ -23,10 +24,11 @@ REPEAT=${REPEAT:-3}
 BATCH8B=${BATCH8B:-"1 16"}
 STEP_TIMEOUT=${STEP_TIMEOUT:-280}
 KEEP=${KEEP:-0}
+DEVICE=${DEVICE:-gpu}
 
 mkdir -p "$OUT" "$SCRATCH"
 host=$(hostname -s 2>/dev/null || echo host)
-CSV="$OUT/bench-h200-$(date -u +%Y%m%d).csv"
+CSV="$OUT/bench-h200-$DEVICE-$(date -u +%Y%m%d).csv"
 LOG="$OUT/h200_bench.log"
 summary=()
 failed=0
@@ -73,7 +75,7 @@ for shape in $SHAPES; do
   [ "$shape" = "llama-3.1-8b" ] && batches=$BATCH8B
   for b in $batches; do
     step "bench $shape b$b" "$MLXCEL" bench -m "$dir" -p "$P" -g "$G" -r "$REPEAT" --batch "$b" \
-      --device gpu --csv "$CSV"
+      --device "$DEVICE" --csv "$CSV"
     grep -A3 "^| test" "$LOG" | tail -2
   done
   [ "$KEEP" = 1 ] || rm -rf "$dir"
