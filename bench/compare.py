@@ -5,7 +5,7 @@ usage: compare.py FILE... [--json]
 
 FILE is any of:
   - a CSV written by `mlxcel bench --csv` (one row per run);
-  - llama.cpp's `llama-bench -o json` output (a JSON array; pp rows have n_gen 0, tg rows
+  - llama.cpp's `llama-bench -o json` or `-o csv` output (pp rows have n_gen 0, tg rows
     n_prompt 0);
   - the mlx-lm peer's output (`mlx_cuda_peer.py`: one JSON object per line, or a JSON list).
 
@@ -92,6 +92,9 @@ def read_any(path):
         text = f.read()
     head = text.lstrip()[:1]
     if head not in "[{":
+        first = text.splitlines()[0] if text else ""
+        if "avg_ts" in first.replace('"', "").split(","):  # llama-bench -o csv
+            return read_llama_bench(path, list(csv.DictReader(text.splitlines())))
         return read_ours(path)
     try:
         data = json.loads(text)

@@ -95,6 +95,12 @@ def test_table_and_bad_file(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "| qwen3-0.6b | affine4-g64 | tg128 | 1 | mlxcel bbbb" in r.stdout
     assert "2000.0 (50% of roofline)" in r.stdout
+    # llama-bench -o csv: the same fields as its JSON, quoted.
+    lcsv = tmp_path / "llama.csv"
+    row = llama_row("/m/qwen3_0p6b.gguf", "qwen3 0.6B Q4_0", 0, 128, 800.0)
+    lcsv.write_text(",".join('"%s"' % k for k in row) + "\n" + ",".join('"%s"' % v for v in row.values()) + "\n")
+    res = run_compare(f, lcsv)
+    assert abs(group(res, "qwen3-0.6b", "decode", 128)["llama.cpp:llama.csv"]["mlxcel_ratio"] - 2.5) < 1e-9
     bad = tmp_path / "bad.json"
     bad.write_text('{"x": 1}')
     r = subprocess.run([sys.executable, str(COMPARE), str(bad)], capture_output=True, text=True, timeout=60)
