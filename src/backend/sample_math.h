@@ -103,15 +103,19 @@ MLXCEL_HDI std::uint64_t sample_weight(float x) {
   return static_cast<std::uint64_t>(exp_neg(x) * 0x1p40f);
 }
 
+// The high 64 bits of a 64x64-bit product, in 32-bit parts (the same integer code on every
+// device; no compiler intrinsic needed).
+MLXCEL_HDI std::uint64_t mul_hi64(std::uint64_t a, std::uint64_t b) {
+  const std::uint64_t a_lo = a & 0xffffffffu, a_hi = a >> 32, b_lo = b & 0xffffffffu, b_hi = b >> 32;
+  const std::uint64_t p0 = a_lo * b_lo, p1 = a_lo * b_hi, p2 = a_hi * b_lo, p3 = a_hi * b_hi;
+  const std::uint64_t mid = (p0 >> 32) + (p1 & 0xffffffffu) + (p2 & 0xffffffffu);
+  return p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32);
+}
+
 // The draw's target in [0, total): floor(r * total / 2^64) for a 64-bit Philox output r.
 MLXCEL_HDI std::uint64_t draw_target(std::uint64_t seed, std::uint64_t stream,
                                      std::uint64_t position, std::uint64_t total) {
-  const std::uint64_t r = philox_u64(seed, stream, position);
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  return __umul64hi(r, total);
-#else
-  return static_cast<std::uint64_t>((static_cast<unsigned __int128>(r) * total) >> 64);
-#endif
+  return mul_hi64(philox_u64(seed, stream, position), total);
 }
 
 // Does the nucleus mass `above` reach top_p of `total`? (Both devices: one double product.)

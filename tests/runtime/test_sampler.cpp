@@ -308,3 +308,25 @@ TEST(Sampler, DrawDependsOnPositionNotOnCallHistory) {
   for (int pos = 0; pos < 64; ++pos) same += draw(other_stream, pos) == a[pos];
   EXPECT_LT(same, 48);
 }
+
+// The sampling op's shared arithmetic (backend/sample_math.h).
+TEST(SampleMath, ExpNegIsAccurateAndMulHiIsExact) {
+  using namespace mlxcel::backend;
+  double worst = 0;
+  for (float x = -27.9f; x <= 0.0f; x += 0.00137f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(exp_neg(x) - want) / want);
+  }
+  EXPECT_LT(worst, 4e-7);
+  EXPECT_EQ(exp_neg(0.0f), 1.0f);
+  EXPECT_EQ(exp_neg(-29.0f), 0.0f);
+  EXPECT_EQ(exp_neg(-INFINITY), 0.0f);
+  EXPECT_EQ(sample_weight(0.0f), std::uint64_t{1} << 40);
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 100000; ++i) {
+    const std::uint64_t a = rng(), b = i % 7 == 0 ? rng() >> (i % 64) : rng();
+    const auto want = static_cast<std::uint64_t>((static_cast<unsigned __int128>(a) * b) >> 64);
+    ASSERT_EQ(mul_hi64(a, b), want) << a << " * " << b;
+  }
+  EXPECT_EQ(mul_hi64(~0ull, ~0ull), ~0ull - 1);
+}
