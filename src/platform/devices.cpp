@@ -168,6 +168,10 @@ std::vector<int> parse_kernel_version(const std::string& release) {
   return v;
 }
 
+BackendKind build_backend() { return gpu::compiled_backend(); }
+std::vector<std::string> build_targets() { return gpu::compiled_targets(); }
+std::string build_runtime_version() { return gpu::runtime_version(); }
+
 Platform detect() {
   Platform pf;
   const std::string root = sysfs_root();

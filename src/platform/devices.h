@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+
 namespace mlxcel::platform {
 
 struct GpuDevice {
@@ -58,6 +60,11 @@ std::vector<GpuDevice> sysfs_amd_gpus(const std::string& root);
 std::vector<GpuDevice> sysfs_nvidia_gpus(const std::string& root);
 HostMemory read_host_memory(const std::string& root);
 std::string read_kernel_release(const std::string& root);
+
+// This binary's GPU backend and compiled targets (the tools ask here, not the GPU runtime).
+BackendKind build_backend();
+std::vector<std::string> build_targets();
+std::string build_runtime_version();  // "none" for a CPU build
 
 // The whole picture: runtime devices (when this build has a GPU runtime) enriched with sysfs
 // facts (GTT, firmware), plus sysfs-only devices the runtime does not list, plus warnings.

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "platform/preflight.h"
 
 namespace mlxcel::platform {
 namespace fs = std::filesystem;
@@ -101,9 +102,8 @@ MemoryPlan plan_memory(const ModelShape& s, const WeightInfo& w, const PlanReque
   MemoryPlan p;
   p.weights = w.bytes;
   const std::int64_t bs = std::max(1, r.block_size);
-  const std::int64_t blocks_per_seq = (std::max<std::int64_t>(r.ctx, 1) + bs - 1) / bs;
-  p.kv_blocks = blocks_per_seq * std::max(1, r.sequences);
-  p.ctx_allocated = blocks_per_seq * bs;
+  p.kv_blocks = kv_pool_blocks(r.ctx, r.block_size, r.sequences);
+  p.ctx_allocated = kv_pool_blocks(r.ctx, r.block_size, 1) * bs;
   // The KV cache is stored in the checkpoint's activation dtype on every backend.
   const int kv_b = w.activation_bytes;
   p.kv_bytes_per_token = kv_bytes_per_token(s, kv_b);
