@@ -104,7 +104,7 @@ std::string resolve_model(const std::string& model) {
   // repo id.
   const bool pathish = model.empty() || model[0] == '.' || model[0] == '/' || model[0] == '~' ||
                        std::count(model.begin(), model.end(), '/') > 1;
-  if (pathish) fail(model + ": no such model folder");
+  if (pathish) fail(model + ": the model folder does not exist");
   const std::string repo = normalize_repo(model);
   const std::string local = store_dir(repo);
   if (is_model_folder(local) && !fs::exists(fs::path(local) / ".incomplete", ec)) return local;
