@@ -80,7 +80,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
                  "context tokens to plan for (default: the model's, at most 32768)")
       ->type_name("N")
       ->check(in_range(16, 1 << 24));
-  app.add_option("-np,--parallel", parallel, "sequences sharing the KV pool (the server's --parallel)")
+  app.add_option("--parallel", parallel, "sequences sharing the KV pool (the server's --parallel)")
       ->type_name("N")
       ->check(in_range(1, 1024));
   if (!parse_args(app, args)) return 0;
