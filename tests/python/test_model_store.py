@@ -150,9 +150,11 @@ def test_401_explains_token(tmp_path, hub, env):
     r = run(env, "pull", REPO)
     assert_one_error(r, "401", "HF_TOKEN", "gated or private")
     env["HF_TOKEN"] = "s3cret"
+    n = len(hub.log)
     r = run(env, "pull", REPO)
     assert r.returncode == 0, r.stderr
-    assert all(h.get("Authorization") == "Bearer s3cret" for _, _, h in hub.requests("/"))
+    sent = hub.log[n:]
+    assert len(sent) == 5 and all(h.get("Authorization") == "Bearer s3cret" for _, _, h in sent)
 
 
 def test_404_repo_and_revision(tmp_path, hub, env):

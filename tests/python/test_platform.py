@@ -53,7 +53,9 @@ def devices(root, extra=None):
 
 
 def plan(ckpt, root, backend, ctx=4096, extra=None):
-    r = run("inspect", "-m", ckpt, "--ctx", ctx, "--backend", backend, "--json", root=root, extra=extra)
+    # --memory-only: the plan alone (the full inspect also reads every quantized module's scales).
+    r = run("inspect", "-m", ckpt, "--ctx", ctx, "--backend", backend, "--json", "--memory-only",
+            root=root, extra=extra)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)["memory"]
 
@@ -155,10 +157,22 @@ def test_estimate_numbers_from_config(systems, checkpoints):
 
 
 def test_memory_limit_bad_value(systems, checkpoints):
+    r = run("inspect", "-m", checkpoints["llama-8b"][0], "--memory-only", root=systems["no_gpu"],
+            extra={"MLXCEL_MEMORY_LIMIT": "lots"})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "MLXCEL_MEMORY_LIMIT='lots' is not a size" in r.stderr
+    # The full inspect still lists the checkpoint, and says why the plan is missing.
     r = run("inspect", "-m", checkpoints["llama-8b"][0], "--json", root=systems["no_gpu"],
             extra={"MLXCEL_MEMORY_LIMIT": "lots"})
-    assert r.returncode != 0 or "MLXCEL_MEMORY_LIMIT" in r.stdout
-    assert "MLXCEL_MEMORY_LIMIT" in (r.stderr + r.stdout)
+    assert r.returncode == 0 and "is not a size" in json.loads(r.stdout)["memory"]["error"]
+
+
+def test_full_inspect_includes_the_plan(systems, checkpoints):
+    r = run("inspect", "-m", checkpoints["llama-8b"][0], "--ctx", 8192, "--backend", "rocm",
+            root=systems["rx7900xtx"])
+    assert r.returncode == 0, r.stderr
+    assert "total weight bytes: 16060522496" in r.stdout
+    assert "memory plan: ctx 8192" in r.stdout and "fits: needs" in r.stdout
 
 
 def test_warnings(systems, tmp_path):

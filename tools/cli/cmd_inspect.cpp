@@ -62,6 +62,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
   BackendKind backend = platform::build_backend();
   std::int64_t ctx = 0;
   int parallel = 1;
+  bool memory_only = false;
   std::string backend_arg;
   auto app_owner = make_app(
       "inspect",
@@ -83,6 +84,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
   app.add_option("--parallel", parallel, "sequences sharing the KV pool (the server's --parallel)")
       ->type_name("N")
       ->check(in_range(1, 1024));
+  app.add_flag("--memory-only", memory_only,
+               "only the memory plan (reads config.json and the safetensors headers, nothing else)");
   if (!parse_args(app, args)) return 0;
   const std::string dir = model_arg.resolve();
   if (!backend_arg.empty() && !parse_backend(backend_arg, &backend))
@@ -101,6 +104,14 @@ int cmd_inspect(const std::vector<std::string>& args) {
     mem = platform::plan_model(dir, req, pf);
   } catch (const Error& e) {
     mem_error = e.what();
+  }
+  if (memory_only) {
+    if (!mem) throw_error(ErrorCategory::kBadInput, mem_error);
+    if (as_json)
+      std::printf("%s\n", nlohmann::json{{"model", dir}, {"memory", mem->json()}}.dump(2).c_str());
+    else
+      std::fputs(mem->report().c_str(), stdout);
+    return 0;
   }
 
   const ModelConfig cfg = ModelConfig::load(dir);
