@@ -26,6 +26,10 @@ int dtype_bytes(const std::string& t) {
 
 // One safetensors header: an 8-byte little-endian length and that many bytes of JSON.
 json read_header(const fs::path& file) {
+  // A FIFO or device would block the read: only regular files are checkpoint shards.
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec))
+    throw_error(ErrorCategory::kBadInput, file.string() + ": not a regular file");
   std::ifstream f(file, std::ios::binary);
   if (!f) throw_error(ErrorCategory::kBadInput, file.string() + ": cannot open");
   unsigned char len8[8];
@@ -50,7 +54,10 @@ json read_header(const fs::path& file) {
 WeightInfo read_weight_info(const std::string& dir) {
   std::vector<fs::path> shards;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-  if (fs::exists(index)) {
+  std::error_code rec;
+  if (fs::exists(index, rec)) {
+    if (!fs::is_regular_file(index, rec))
+      throw_error(ErrorCategory::kBadInput, index.string() + ": not a regular file");
     std::ifstream f(index);
     json j = json::parse(f, nullptr, false);
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())

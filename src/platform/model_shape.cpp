@@ -8,8 +8,10 @@ namespace mlxcel::platform {
 
 ModelShape read_model_shape(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
-  std::ifstream f(path);
-  if (!f)
+  std::error_code ec;
+  std::ifstream f;
+  if (std::filesystem::is_regular_file(path, ec)) f.open(path);  // never block on a FIFO
+  if (!f.is_open())
     throw_error(ErrorCategory::kBadInput,
                 path + ": cannot open (MODEL must be an MLX model folder, OWNER/NAME or a name "
                        "`mlxcel pull` can fetch)");
