@@ -50,7 +50,11 @@ std::string Preflight::report() const {
   line("kv cache", plan.kv, buf);
   line("activations", plan.activations, "step workspace for a " + std::to_string(request.prefill_chunk) + "-token prefill chunk");
   line("logits", plan.logits, "fp32 logits of the sampled rows");
-  line("allocations", plan.allocations(), "what the backend allocates (generate prints it as \"device peak\")");
+  line("allocations", plan.allocations(),
+       request.backend == BackendKind::kCpu
+           ? "the CPU reads weights in place from the mapped files, so generate's \"device peak\" "
+             "counts the rest"
+           : "what the backend allocates (generate prints it as \"device peak\")");
   line("headroom", plan.headroom, "allocator rounding and the runtime's own memory");
   line("total", plan.total(), "");
   s += "available: " + (budget.known ? human_bytes(budget.available) : std::string("unknown")) + " on " +
