@@ -85,6 +85,10 @@ void enforce(const Preflight& p, const Platform& pf, bool force, int device_inde
         throw_error(ErrorCategory::kUnsupported, d.name + ": " + *err);
     }
   }
+  // Setup problems (HSA_OVERRIDE_GFX_VERSION, a kernel too old for the GPU) matter only when the
+  // GPU is about to be used.
+  if (b != BackendKind::kCpu)
+    for (const auto& w : pf.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   for (const auto& w : p.verdict.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   if (!p.verdict.fits) {
     if (force) {
