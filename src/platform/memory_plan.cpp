@@ -118,15 +118,20 @@ MemoryPlan plan_memory(const ModelShape& s, const WeightInfo& w, const PlanReque
   for (auto win : s.layer_window) p.sliding_layers += win > 0 ? 1 : 0;
   // The CPU backend keeps activations in fp32 containers, a GPU in the activation dtype.
   const std::uint64_t act_b = r.backend == BackendKind::kCpu ? 4 : static_cast<std::uint64_t>(w.activation_bytes);
-  const std::int64_t ffn = std::max(s.intermediate_size, s.moe_intermediate_size * std::max<std::int64_t>(s.experts_per_tok, 1));
+  // Per token of a step, as Decoder::plan carves it: h, xn, tmp (hidden); qkv and q, k, v;
+  // attention output; gate|up, gate, up, product (5 x the FFN width; an MoE model's expert FFN
+  // runs per picked expert, so K x moe_intermediate_size); MoE gate logits and the picks.
+  const std::int64_t ffn = s.n_experts > 0 ? s.moe_intermediate_size * std::max<std::int64_t>(s.experts_per_tok, 1)
+                                           : s.intermediate_size;
   const std::int64_t q = s.n_heads * s.head_dim, kv = s.n_kv_heads * s.head_dim;
-  // Per token of a step: residual, normed input, delta, attention output (hidden-sized), q/k/v,
-  // gate/up/product of the FFN. Rows: a prefill chunk for each sequence that may prefill at once.
-  const std::uint64_t per_row = static_cast<std::uint64_t>(4 * s.hidden_size + q + 2 * kv + q + 3 * ffn) * act_b;
+  const std::uint64_t per_row = static_cast<std::uint64_t>(3 * s.hidden_size + 3 * q + 4 * kv + 5 * ffn + s.n_experts) * act_b +
+                                static_cast<std::uint64_t>(s.experts_per_tok) * 8;
   const std::int64_t rows = std::min<std::int64_t>(r.prefill_chunk, p.ctx_allocated) * std::max(1, r.sequences);
   p.activations = per_row * static_cast<std::uint64_t>(rows);
-  // fp32 logits of one row per sequence, plus the sampler's copy.
-  p.logits = static_cast<std::uint64_t>(s.vocab_size) * 4 * 2 * std::max(1, r.sequences);
+  // The sampled rows' normed hidden state and logits in the workspace, plus the sampler's fp32
+  // copy of the logits.
+  p.logits = (static_cast<std::uint64_t>(s.vocab_size + 2 * s.hidden_size) * act_b +
+              static_cast<std::uint64_t>(s.vocab_size) * 4) * std::max(1, r.sequences);
   // Allocator size classes round up (<= 1/16 on large blocks) and a GPU context holds its own
   // memory (CUDA/HIP contexts, kernels, library workspaces: a few hundred MiB).
   const std::uint64_t ctx_overhead = r.backend == BackendKind::kCpu ? (256ull << 20) : (768ull << 20);

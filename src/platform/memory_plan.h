@@ -8,8 +8,9 @@
 // - KV cache: one pool of ceil(ctx / block_size) blocks per sequence, every layer at full
 //   context (sliding-window layers are counted at full context because the pool allocates them
 //   so; the plan reports how many there are), K and V of n_kv_heads x head_dim in the KV dtype;
-// - activations: the step workspace for a prefill chunk (hidden states, q/k/v, attention output,
-//   the FFN's gate/up/product), plus fp32 logits for the sampled rows;
+// - activations: the step workspace models/decoder.cpp plans for a prefill chunk (hidden states,
+//   fused and split q/k/v, attention output, the FFN's fused gate|up, gate, up and product, MoE
+//   gates and picks), plus the logits of the sampled rows;
 // - headroom: what the allocator and runtime need beyond the bytes asked for (size-class
 //   rounding, the GPU context), only in the fit decision, never in the "allocations" figure that
 //   is compared with Backend::memory_stats().peak.
@@ -30,7 +31,7 @@ struct ModelShape {
   std::string model_type;
   std::int64_t n_layers = 0, hidden_size = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   std::int64_t vocab_size = 0, intermediate_size = 0;
-  std::int64_t moe_intermediate_size = 0, experts_per_tok = 0;  // 0 for dense models
+  std::int64_t moe_intermediate_size = 0, experts_per_tok = 0, n_experts = 0;  // 0: dense
   std::vector<std::int64_t> layer_window;  // per layer, 0 = full attention
   std::int64_t context_length = 0;         // max_position_embeddings
 };

@@ -43,6 +43,7 @@ ModelShape read_model_shape(const std::string& dir) {
   s.intermediate_size = num("intermediate_size", gemma ? 6912 : 0);
   s.moe_intermediate_size = num("moe_intermediate_size", 0);
   s.experts_per_tok = num("num_experts_per_tok", 0);
+  s.n_experts = num("num_experts", 0);
   s.context_length = num("max_position_embeddings", 0);
   s.layer_window.assign(static_cast<std::size_t>(s.n_layers), 0);
   if (gemma) {
