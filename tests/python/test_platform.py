@@ -193,3 +193,20 @@ def test_generate_refuses_before_loading(systems, checkpoints):
     r = run("generate", "-m", checkpoints["llama-8b"][0], "-p", "hi", "--estimate-memory",
             root=systems["no_gpu"])
     assert r.returncode == 0 and "fits" in r.stdout and "kv cache" in r.stdout
+
+
+def test_plan_matches_what_generate_allocates(server_model_dir, tmp_path):
+    """The planner's KV + workspace + logits against the bytes the CPU backend really allocated
+    (Backend::memory_stats().peak, printed as "device peak"); the CPU maps weights in place, so
+    they are not part of the peak. A 600-token prompt fills a whole 512-token prefill chunk."""
+    ids = tmp_path / "ids.json"
+    ids.write_text(json.dumps([5] * 600))
+    for ctx in (8192, 32768):
+        r = run("generate", "-m", server_model_dir, "--prompt-ids", ids, "-n", 4, "-c", ctx)
+        assert r.returncode == 0, r.stderr
+        peak = float(r.stderr.split("device peak: ")[1].split(" MiB")[0])
+        r = run("inspect", "-m", server_model_dir, "--ctx", ctx, "--backend", "cpu", "--json",
+                "--memory-only")
+        m = json.loads(r.stdout)["memory"]
+        est = (m["allocations"] - m["weights"]) / (1 << 20)
+        assert abs(est - peak) <= 0.15 * peak + 0.5, (ctx, est, peak)  # peak is printed in whole MiB
