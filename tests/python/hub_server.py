@@ -25,6 +25,7 @@ class Hub:
         self.token = None        # required bearer token, if any
         self.drop_once = set()   # (repo, path) to cut halfway, once
         self.corrupt = set()     # (repo, path) served with flipped bytes
+        self.listed_size = {}    # (repo, path) -> size the API claims (a disk-space test)
         self.log = []            # (method, path, headers dict)
         self.lock = threading.Lock()
         hub = self
@@ -66,7 +67,7 @@ class Hub:
                 for path, data in sorted(files.items()):
                     s = {"rfilename": path}
                     if blobs:
-                        s["size"] = len(data)
+                        s["size"] = hub.listed_size.get((repo, path), len(data))
                         s["blobId"] = hashlib.sha1(data).hexdigest()
                         if path in hub.lfs:
                             s["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data),

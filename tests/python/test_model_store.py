@@ -201,6 +201,9 @@ def test_reuses_hf_cache(tmp_path, hub, env):
     assert hub.log == []  # used in place, nothing downloaded
     lst = json.loads(run(env, "list", "--json").stdout)
     assert [(m["repo"], m["source"], m["path"]) for m in lst] == [(REPO, "hf cache", str(snap))]
+    # MODEL as a repo id resolves to the snapshot (which has no weights here: the error names it).
+    r = run(env, "inspect", REPO, "--memory-only")
+    assert r.returncode != 0 and str(snap) in r.stderr, r.stderr
     # rm never deletes the HF cache.
     assert_one_error(run(env, "rm", REPO, "--yes"), "Hugging Face cache")
     assert snap.exists()
@@ -209,3 +212,11 @@ def test_reuses_hf_cache(tmp_path, hub, env):
 def test_not_downloaded_names_pull(tmp_path, env):
     assert_one_error(run(env, "inspect", "test-org/absent"), "mlxcel pull test-org/absent")
     assert_one_error(run(env, "pull", "bad/repo/id"), "repo id")
+
+
+def test_not_enough_disk_space_is_refused_before_downloading(tmp_path, hub, env):
+    files = tiny_files(tmp_path)
+    hub.add(REPO, files)
+    hub.listed_size[(REPO, "model.safetensors")] = 1 << 60  # more than any disk
+    assert_one_error(run(env, "pull", REPO), "not enough disk space", "MLXCEL_CACHE_DIR")
+    assert hub.requests("/resolve/") == []

@@ -210,3 +210,19 @@ def test_plan_matches_what_generate_allocates(server_model_dir, tmp_path):
         m = json.loads(r.stdout)["memory"]
         est = (m["allocations"] - m["weights"]) / (1 << 20)
         assert abs(est - peak) <= 0.15 * peak + 0.5, (ctx, est, peak)  # peak is printed in whole MiB
+
+
+def test_server_plans_its_kv_pool(systems, checkpoints):
+    server = CLI.parent / "mlxcel-server"
+    env = dict(os.environ, MLXCEL_SYSFS_ROOT=str(systems["no_gpu"]))
+    env.pop("MLXCEL_MEMORY_LIMIT", None)
+    r = subprocess.run([str(server), checkpoints["llama-8b"][0], "--estimate-memory", "-c", "8192",
+                        "-np", "3"], capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "3 sequences" in r.stdout
+    # 3 x 8192 tokens x 128 KiB = 3 GiB of KV, the pool the engine allocates (kv_pool_blocks).
+    [kv] = [line.split() for line in r.stdout.splitlines() if line.strip().startswith("kv cache")]
+    assert kv[2:4] == ["3.00", "GiB"], r.stdout
+    r = subprocess.run([str(server), checkpoints["qwen3-30b"][0], "--port", "0"],
+                       capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode != 0 and "does not fit" in r.stderr and "--force" in r.stderr
