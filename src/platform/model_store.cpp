@@ -39,7 +39,9 @@ std::uint64_t folder_bytes(const fs::path& p) {
 
 }  // namespace
 
-std::string cache_dir() { return env_or("MLXCEL_CACHE_DIR", home() + "/.cache/mlxcel"); }
+std::string cache_dir() {
+  return env_or("MLXCEL_CACHE_DIR", env_or("XDG_CACHE_HOME", home() + "/.cache") + "/mlxcel");
+}
 std::string store_dir(const std::string& repo) { return cache_dir() + "/models/" + repo; }
 std::string hub_endpoint() {
   std::string e = env_or("HF_ENDPOINT", "https://huggingface.co");

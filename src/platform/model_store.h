@@ -16,7 +16,8 @@
 
 namespace mlxcel::platform {
 
-std::string cache_dir();                          // MLXCEL_CACHE_DIR or ~/.cache/mlxcel
+// MLXCEL_CACHE_DIR, else ${XDG_CACHE_HOME:-~/.cache}/mlxcel (scripts/smollm2.sh caches there too)
+std::string cache_dir();
 std::string store_dir(const std::string& repo);   // cache_dir()/models/OWNER/NAME
 std::string hub_endpoint();                       // HF_ENDPOINT or https://huggingface.co
 bool offline_from_env();                          // HF_HUB_OFFLINE=1 (or true/yes)
