@@ -222,7 +222,7 @@ Platform detect() {
       r.pci_id = s.pci_id;
       r.driver_version = s.driver_version;
       r.integrated = r.integrated || s.integrated;
-      // hipMemGetInfo on an APU may report only the carve-out or only GTT; keep the carve-out
+      // The HIP runtime's free/total query on an APU may report only the carve-out or only GTT; keep the carve-out
       // from DRM so the planner can add GTT itself.
       if (s.has_memory_info && r.integrated) {
         r.vram_total = s.vram_total;
