@@ -60,11 +60,13 @@ std::optional<std::string> arch_coverage_error(BackendKind backend, const std::s
   if (covered) return std::nullopt;
   std::string list;
   for (const auto& t : targets) list += (list.empty() ? "" : ";") + t;
-  std::string msg = "this mlxcel was built for " + (list.empty() ? std::string("no GPU target") : list) +
-                    " but the GPU is " + (arch.empty() ? std::string("of an unknown architecture") : arch);
+  std::string msg = "this mlxcel was built for " +
+                    (list.empty() ? std::string("no GPU target") : list) + " but the GPU is " +
+                    (arch.empty() ? std::string("of an unknown architecture") : arch);
   if (backend == BackendKind::kRocm)
-    msg += " (HIP code objects run only on the exact gfx target they were built for; running "
-           "anyway fails with \"invalid device function\")";
+    msg +=
+        " (HIP code objects run only on the exact gfx target they were built for; running "
+        "anyway fails with \"invalid device function\")";
   msg += ". Rebuild for it: " + rebuild_command(backend, arch.empty() ? "ARCH" : arch) +
          ", or run on the CPU with --device cpu";
   return msg;

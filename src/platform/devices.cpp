@@ -99,7 +99,8 @@ std::vector<GpuDevice> sysfs_amd_gpus(const std::string& root) {
     // A node with both CPU cores and SIMDs is an APU exposed as one HSA agent (Kaveri-style);
     // newer APUs have separate nodes, so the gfx target decides.
     d.integrated = get(p, "cpu_cores_count") > 0 || is_apu_gfx(d.arch);
-    const fs::path dev = root + "/sys/class/drm/renderD" + std::to_string(get(p, "drm_render_minor")) + "/device";
+    const fs::path dev =
+        root + "/sys/class/drm/renderD" + std::to_string(get(p, "drm_render_minor")) + "/device";
     std::uint64_t vt = 0, vu = 0, gt = 0, gu = 0;
     if (read_u64(dev / "mem_info_vram_total", &vt)) {
       d.has_memory_info = true;
@@ -222,8 +223,8 @@ Platform detect() {
       r.pci_id = s.pci_id;
       r.driver_version = s.driver_version;
       r.integrated = r.integrated || s.integrated;
-      // The HIP runtime's free/total query on an APU may report only the carve-out or only GTT; keep the carve-out
-      // from DRM so the planner can add GTT itself.
+      // The HIP runtime's free/total query on an APU may report only the carve-out or only GTT;
+      // keep the carve-out from DRM so the planner can add GTT itself.
       if (s.has_memory_info && r.integrated) {
         r.vram_total = s.vram_total;
         r.vram_free = s.vram_free;
@@ -270,8 +271,11 @@ Platform detect() {
     // RDNA 3.5); older kernels hang or fault under load.
     if ((d.arch == "gfx1150" || d.arch == "gfx1151") && !pf.kernel.empty() &&
         kv < std::vector<int>{6, 18, 4}) {
-      pf.warnings.push_back("Linux " + pf.kernel + " is older than 6.18.4, the first kernel with the KFD "
-                            "fixes " + d.arch + " needs for ROCm 7.x; update the kernel (and "
+      pf.warnings.push_back("Linux " + pf.kernel +
+                            " is older than 6.18.4, the first kernel with the KFD "
+                            "fixes " +
+                            d.arch +
+                            " needs for ROCm 7.x; update the kernel (and "
                             "linux-firmware) before running on the GPU (docs/installation.md)");
       break;
     }

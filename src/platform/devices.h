@@ -18,22 +18,22 @@
 namespace mlxcel::platform {
 
 struct GpuDevice {
-  std::string source;      // "cuda runtime", "hip runtime", "sysfs (kfd)", "sysfs (pci)"
-  std::string vendor;      // "AMD", "NVIDIA"
-  int index = 0;           // runtime device index; for sysfs-only devices their order
-  std::string name;        // "AMD Radeon 8060S", "NVIDIA H200"; sysfs: the KFD name or PCI id
-  std::string arch;        // "gfx1151", "sm_90"; "" when unknown
-  int compute_units = 0;   // CUs (AMD) or SMs (NVIDIA)
-  int wave_size = 0;       // 32 on NVIDIA and RDNA, 64 on CDNA
-  bool integrated = false; // APU: shares system memory (carve-out + GTT)
+  std::string source;       // "cuda runtime", "hip runtime", "sysfs (kfd)", "sysfs (pci)"
+  std::string vendor;       // "AMD", "NVIDIA"
+  int index = 0;            // runtime device index; for sysfs-only devices their order
+  std::string name;         // "AMD Radeon 8060S", "NVIDIA H200"; sysfs: the KFD name or PCI id
+  std::string arch;         // "gfx1151", "sm_90"; "" when unknown
+  int compute_units = 0;    // CUs (AMD) or SMs (NVIDIA)
+  int wave_size = 0;        // 32 on NVIDIA and RDNA, 64 on CDNA
+  bool integrated = false;  // APU: shares system memory (carve-out + GTT)
   std::uint64_t vram_total = 0, vram_free = 0;  // the carve-out on an APU
   std::uint64_t gtt_total = 0, gtt_free = 0;    // 0 when the driver does not say
   bool has_memory_info = false;                 // vram_* are known
-  std::string pci_id;           // "1002:1586"
-  std::string firmware;         // KFD fw_version
-  std::string driver_version;   // kernel (amdgpu is in-tree) or NVIDIA driver
-  std::string runtime_version;  // "HIP 7.2", "CUDA runtime 13.0 / driver 13.0"
-  bool supported = true;        // this binary has code for it (GPU builds only)
+  std::string pci_id;                           // "1002:1586"
+  std::string firmware;                         // KFD fw_version
+  std::string driver_version;                   // kernel (amdgpu is in-tree) or NVIDIA driver
+  std::string runtime_version;                  // "HIP 7.2", "CUDA runtime 13.0 / driver 13.0"
+  bool supported = true;                        // this binary has code for it (GPU builds only)
   std::string unsupported_reason;
 };
 
@@ -44,10 +44,10 @@ struct HostMemory {
 struct Platform {
   std::vector<GpuDevice> gpus;
   HostMemory host;
-  std::string kernel;      // osrelease, "" when unknown
-  std::string backend;     // this build: "none", "cuda", "rocm"
+  std::string kernel;   // osrelease, "" when unknown
+  std::string backend;  // this build: "none", "cuda", "rocm"
   std::vector<std::string> compiled_targets;
-  std::string runtime_note;  // why the runtime lists no device, when it does not
+  std::string runtime_note;           // why the runtime lists no device, when it does not
   std::vector<std::string> warnings;  // HSA_OVERRIDE_GFX_VERSION, kernel too old, ...
 };
 

@@ -87,11 +87,13 @@ std::string network_error(const std::string& url, CURLcode rc) {
 [[noreturn]] void http_fail(long status, const std::string& repo, const std::string& rev,
                             const std::string& url) {
   if (status == 401 || status == 403)
-    fail("the hub refused " + url + " (HTTP " + std::to_string(status) + "): " + repo +
-         " is gated or private, or does not exist; if it exists, accept its terms on the model page "
-         "and set HF_TOKEN to an access token (https://huggingface.co/settings/tokens)");
+    fail(
+        "the hub refused " + url + " (HTTP " + std::to_string(status) + "): " + repo +
+        " is gated or private, or does not exist; if it exists, accept its terms on the model page "
+        "and set HF_TOKEN to an access token (https://huggingface.co/settings/tokens)");
   if (status == 404)
-    fail("not found: " + url + " (HTTP 404): check the repo id " + repo + " and the revision '" + rev + "'");
+    fail("not found: " + url + " (HTTP 404): check the repo id " + repo + " and the revision '" +
+         rev + "'");
   fail("the hub answered HTTP " + std::to_string(status) + " for " + url + "; try again later");
 }
 
@@ -140,13 +142,15 @@ std::uint64_t file_size_or_0(const fs::path& p) {
 }
 
 // One file into dir/path via path.part; resumes what an earlier attempt left.
-void download_file(const PullOptions& o, const fs::path& dir, const FileJob& job, Progress& progress) {
+void download_file(const PullOptions& o, const fs::path& dir, const FileJob& job,
+                   Progress& progress) {
   const fs::path dst = dir / job.path, part = dir / (job.path + ".part");
   std::error_code ec;
   fs::create_directories(dst.parent_path(), ec);
   Easy probe;
   const std::string url = hub_endpoint() + "/" + o.repo + "/resolve/" +
-                          escape_path(probe.h, o.revision, false) + "/" + escape_path(probe.h, job.path, true);
+                          escape_path(probe.h, o.revision, false) + "/" +
+                          escape_path(probe.h, job.path, true);
   constexpr int kAttempts = 4;
   for (int attempt = 1;; ++attempt) {
     std::uint64_t have = file_size_or_0(part);
@@ -203,7 +207,8 @@ void download_file(const PullOptions& o, const fs::path& dir, const FileJob& job
       if (sum != job.sha256) {
         fs::remove(part, ec);
         fail("checksum mismatch for " + o.repo + "/" + job.path + ": sha256 " + sum +
-             ", the hub lists " + job.sha256 + "; the file was removed (corrupted transfer or a "
+             ", the hub lists " + job.sha256 +
+             "; the file was removed (corrupted transfer or a "
              "changed revision): run the pull again");
       }
     }
@@ -215,8 +220,10 @@ void download_file(const PullOptions& o, const fs::path& dir, const FileJob& job
 
 std::string human(std::uint64_t b) {
   char buf[32];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
+  if (b >= (1ull << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
   return buf;
 }
 
@@ -229,14 +236,18 @@ std::string pull_model(const PullOptions& o) {
   if (o.offline) {
     if (complete) return dir.string();
     if (auto snap = hf_cache_snapshot(o.repo, o.revision)) return *snap;
-    fail(o.repo + " is not downloaded and offline mode is on (--offline or HF_HUB_OFFLINE=1): "
-         "run `mlxcel pull " + o.repo + "` with the network, or copy the folder to " + dir.string());
+    fail(o.repo +
+         " is not downloaded and offline mode is on (--offline or HF_HUB_OFFLINE=1): "
+         "run `mlxcel pull " +
+         o.repo + "` with the network, or copy the folder to " + dir.string());
   }
   if (o.revision == "main" || o.revision.empty()) {
     // A model the Hugging Face tools already fetched is used in place (no second copy).
     if (!complete)
       if (auto snap = hf_cache_snapshot(o.repo, "main")) {
-        if (!o.quiet) std::fprintf(stderr, "%s: found in the Hugging Face cache, using %s\n", o.repo.c_str(), snap->c_str());
+        if (!o.quiet)
+          std::fprintf(stderr, "%s: found in the Hugging Face cache, using %s\n", o.repo.c_str(),
+                       snap->c_str());
         return *snap;
       }
   }
@@ -269,7 +280,10 @@ std::string pull_model(const PullOptions& o) {
     if (s.contains("lfs") && s["lfs"].is_object()) {
       const auto& l = s["lfs"];
       if (l.contains("sha256") && l["sha256"].is_string()) j.sha256 = l["sha256"];
-      if (l.contains("size") && l["size"].is_number_unsigned()) { j.size = l["size"]; j.size_known = true; }
+      if (l.contains("size") && l["size"].is_number_unsigned()) {
+        j.size = l["size"];
+        j.size_known = true;
+      }
     }
     if (!j.size_known && s.contains("size") && s["size"].is_number_unsigned()) {
       j.size = s["size"];
@@ -301,12 +315,14 @@ std::string pull_model(const PullOptions& o) {
     const std::uint64_t free_bytes = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     if (need > free_bytes)
       fail("not enough disk space for " + o.repo + ": needs " + human(need) + " more, " +
-           dir.string() + " has " + human(free_bytes) + " free; free some space or set "
+           dir.string() + " has " + human(free_bytes) +
+           " free; free some space or set "
            "MLXCEL_CACHE_DIR to a larger disk");
   }
   if (!o.quiet)
     std::fprintf(stderr, "pulling %s@%s: %zu files, %s (%zu to fetch) into %s\n", o.repo.c_str(),
-                 o.revision.c_str(), jobs.size(), human(progress.total).c_str(), todo.size(), dir.c_str());
+                 o.revision.c_str(), jobs.size(), human(progress.total).c_str(), todo.size(),
+                 dir.c_str());
 
   std::mutex mu;
   std::size_t next = 0;
@@ -338,13 +354,15 @@ std::string pull_model(const PullOptions& o) {
     bar = std::thread([&]() {
       const auto t0 = std::chrono::steady_clock::now();
       while (!finished) {
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const std::uint64_t d = progress.done;
         const double frac = progress.total ? static_cast<double>(d) / progress.total : 1.0;
         const int width = 30, fill = static_cast<int>(frac * width);
-        std::fprintf(stderr, "\r[%s%s] %5.1f%%  %s / %s  %.1f MiB/s ", std::string(fill, '#').c_str(),
-                     std::string(width - fill, '.').c_str(), frac * 100, human(d).c_str(),
-                     human(progress.total).c_str(), s > 0 ? d / 1048576.0 / s : 0.0);
+        std::fprintf(stderr, "\r[%s%s] %5.1f%%  %s / %s  %.1f MiB/s ",
+                     std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(),
+                     frac * 100, human(d).c_str(), human(progress.total).c_str(),
+                     s > 0 ? d / 1048576.0 / s : 0.0);
         std::fflush(stderr);
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
@@ -358,8 +376,11 @@ std::string pull_model(const PullOptions& o) {
   if (bar.joinable()) bar.join();
   if (!first_error.empty()) fail(first_error);
 
-  json manifest{{"repo", o.repo}, {"revision", o.revision}, {"commit", info.value("sha", "")},
-                {"endpoint", hub_endpoint()}, {"files", jobs.size()}};
+  json manifest{{"repo", o.repo},
+                {"revision", o.revision},
+                {"commit", info.value("sha", "")},
+                {"endpoint", hub_endpoint()},
+                {"files", jobs.size()}};
   std::ofstream(dir / kManifest) << manifest.dump(2) << "\n";
   fs::remove(dir / ".incomplete", ec);
   if (!o.quiet) std::fprintf(stderr, "done: %s\n", dir.c_str());

@@ -45,7 +45,8 @@ json read_header(const fs::path& file) {
     throw_error(ErrorCategory::kBadInput, file.string() + ": truncated safetensors header");
   json h = json::parse(text, nullptr, false);
   if (!h.is_object())
-    throw_error(ErrorCategory::kBadInput, file.string() + ": safetensors header is not a JSON object");
+    throw_error(ErrorCategory::kBadInput,
+                file.string() + ": safetensors header is not a JSON object");
   return h;
 }
 
@@ -77,8 +78,9 @@ WeightInfo read_weight_info(const std::string& dir) {
   }
   if (shards.empty())
     throw_error(ErrorCategory::kBadInput,
-                dir + ": no model*.safetensors (is it an MLX model folder? `mlxcel pull OWNER/NAME` "
-                      "downloads one)");
+                dir +
+                    ": no model*.safetensors (is it an MLX model folder? `mlxcel pull OWNER/NAME` "
+                    "downloads one)");
   WeightInfo w;
   w.shards = shards.size();
   for (const auto& s : shards) {
@@ -87,10 +89,13 @@ WeightInfo read_weight_info(const std::string& dir) {
       if (name == "__metadata__") continue;
       if (!t.is_object() || !t.contains("data_offsets") || !t["data_offsets"].is_array() ||
           t["data_offsets"].size() != 2)
-        throw_error(ErrorCategory::kBadInput, s.string() + ": tensor '" + name + "' has no data_offsets");
+        throw_error(ErrorCategory::kBadInput,
+                    s.string() + ": tensor '" + name + "' has no data_offsets");
       const auto b = t["data_offsets"][0].get<std::uint64_t>();
       const auto e = t["data_offsets"][1].get<std::uint64_t>();
-      if (e < b) throw_error(ErrorCategory::kBadInput, s.string() + ": tensor '" + name + "' ends before it begins");
+      if (e < b)
+        throw_error(ErrorCategory::kBadInput,
+                    s.string() + ": tensor '" + name + "' ends before it begins");
       w.bytes += e - b;
       ++w.tensors;
       if (name == "model.norm.weight" && t.contains("dtype") && t["dtype"].is_string())
@@ -117,31 +122,39 @@ MemoryPlan plan_memory(const ModelShape& s, const WeightInfo& w, const PlanReque
   p.kv = p.kv_bytes_per_token * static_cast<std::uint64_t>(p.kv_blocks * bs);
   for (auto win : s.layer_window) p.sliding_layers += win > 0 ? 1 : 0;
   // The CPU backend keeps activations in fp32 containers, a GPU in the activation dtype.
-  const std::uint64_t act_b = r.backend == BackendKind::kCpu ? 4 : static_cast<std::uint64_t>(w.activation_bytes);
+  const std::uint64_t act_b =
+      r.backend == BackendKind::kCpu ? 4 : static_cast<std::uint64_t>(w.activation_bytes);
   // Per token of a step, as Decoder::plan carves it: h, xn, tmp (hidden); qkv and q, k, v;
   // attention output; gate|up, gate, up, product (5 x the FFN width; an MoE model's expert FFN
   // runs per picked expert, so K x moe_intermediate_size); MoE gate logits and the picks.
-  const std::int64_t ffn = s.n_experts > 0 ? s.moe_intermediate_size * std::max<std::int64_t>(s.experts_per_tok, 1)
-                                           : s.intermediate_size;
+  const std::int64_t ffn =
+      s.n_experts > 0 ? s.moe_intermediate_size * std::max<std::int64_t>(s.experts_per_tok, 1)
+                      : s.intermediate_size;
   const std::int64_t q = s.n_heads * s.head_dim, kv = s.n_kv_heads * s.head_dim;
-  const std::uint64_t per_row = static_cast<std::uint64_t>(3 * s.hidden_size + 3 * q + 4 * kv + 5 * ffn + s.n_experts) * act_b +
-                                static_cast<std::uint64_t>(s.experts_per_tok) * 8;
-  const std::int64_t rows = std::min<std::int64_t>(r.prefill_chunk, p.ctx_allocated) * std::max(1, r.sequences);
+  const std::uint64_t per_row =
+      static_cast<std::uint64_t>(3 * s.hidden_size + 3 * q + 4 * kv + 5 * ffn + s.n_experts) *
+          act_b +
+      static_cast<std::uint64_t>(s.experts_per_tok) * 8;
+  const std::int64_t rows =
+      std::min<std::int64_t>(r.prefill_chunk, p.ctx_allocated) * std::max(1, r.sequences);
   p.activations = per_row * static_cast<std::uint64_t>(rows);
   // The sampled rows' normed hidden state and logits in the workspace, plus the sampler's fp32
   // copy of the logits.
   p.logits = (static_cast<std::uint64_t>(s.vocab_size + 2 * s.hidden_size) * act_b +
-              static_cast<std::uint64_t>(s.vocab_size) * 4) * std::max(1, r.sequences);
+              static_cast<std::uint64_t>(s.vocab_size) * 4) *
+             std::max(1, r.sequences);
   // Allocator size classes round up (<= 1/16 on large blocks) and a GPU context holds its own
   // memory (CUDA/HIP contexts, kernels, library workspaces: a few hundred MiB).
-  const std::uint64_t ctx_overhead = r.backend == BackendKind::kCpu ? (256ull << 20) : (768ull << 20);
+  const std::uint64_t ctx_overhead =
+      r.backend == BackendKind::kCpu ? (256ull << 20) : (768ull << 20);
   p.headroom = p.allocations() / 16 + ctx_overhead;
   return p;
 }
 
 std::uint64_t parse_size(const std::string& text, const std::string& what) {
   std::string t = text;
-  while (!t.empty() && (t.back() == ' ' || t.back() == 'B' || t.back() == 'b' || t.back() == 'i')) t.pop_back();
+  while (!t.empty() && (t.back() == ' ' || t.back() == 'B' || t.back() == 'b' || t.back() == 'i'))
+    t.pop_back();
   const auto bad = [&]() {
     throw_error(ErrorCategory::kBadInput, what + "='" + text +
                                               "' is not a size: give bytes or a number with "
@@ -150,11 +163,24 @@ std::uint64_t parse_size(const std::string& text, const std::string& what) {
   if (t.empty()) bad();
   double mult = 1;
   switch (t.back()) {
-    case 'K': case 'k': mult = 1024.0; break;
-    case 'M': case 'm': mult = 1048576.0; break;
-    case 'G': case 'g': mult = 1073741824.0; break;
-    case 'T': case 't': mult = 1099511627776.0; break;
-    default: break;
+    case 'K':
+    case 'k':
+      mult = 1024.0;
+      break;
+    case 'M':
+    case 'm':
+      mult = 1048576.0;
+      break;
+    case 'G':
+    case 'g':
+      mult = 1073741824.0;
+      break;
+    case 'T':
+    case 't':
+      mult = 1099511627776.0;
+      break;
+    default:
+      break;
   }
   if (mult != 1) t.pop_back();
   char* end = nullptr;
@@ -165,9 +191,12 @@ std::uint64_t parse_size(const std::string& text, const std::string& what) {
 
 std::string human_bytes(std::uint64_t b) {
   char buf[64];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  if (b >= (1ull << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
+  else if (b >= (1ull << 20))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
   return buf;
 }
 
@@ -188,17 +217,19 @@ MemoryBudget memory_budget(const Platform& pf, BackendKind backend, int device_i
     b.available = pf.host.available;
     b.how = "host MemAvailable (/proc/meminfo)";
   } else if (const GpuDevice* d = pick(pf, backend, device_index)) {
-    b.device = d->name + " (" + (d->arch.empty() ? "?" : d->arch) + (d->integrated ? ", integrated" : "") + ")";
+    b.device = d->name + " (" + (d->arch.empty() ? "?" : d->arch) +
+               (d->integrated ? ", integrated" : "") + ")";
     if (!d->has_memory_info) {
       b.known = false;
       b.how = "unknown: the device is seen only on the PCI bus (no " +
-              std::string(backend == BackendKind::kCuda ? "CUDA" : "HIP") + " runtime in this build)";
+              std::string(backend == BackendKind::kCuda ? "CUDA" : "HIP") +
+              " runtime in this build)";
     } else if (d->integrated) {
       // GTT is system RAM mapped for the GPU: beyond MemAvailable it would only swap or fail.
       const std::uint64_t gtt = std::min(d->gtt_free, pf.host.available);
       b.available = d->vram_free + gtt;
-      b.how = "APU: free carve-out " + human_bytes(d->vram_free) + " + usable GTT " + human_bytes(gtt) +
-              " (GTT free " + human_bytes(d->gtt_free) + ", host MemAvailable " +
+      b.how = "APU: free carve-out " + human_bytes(d->vram_free) + " + usable GTT " +
+              human_bytes(gtt) + " (GTT free " + human_bytes(d->gtt_free) + ", host MemAvailable " +
               human_bytes(pf.host.available) + ")";
     } else {
       b.available = d->vram_free;
@@ -225,11 +256,13 @@ FitVerdict check_fit(const MemoryPlan& p, const MemoryBudget& b, const Platform&
     v.message = "cannot tell whether it fits: " + b.how;
   } else {
     v.fits = p.total() <= b.available;
-    v.message = std::string(v.fits ? "fits" : "does not fit") + ": needs " + human_bytes(p.total()) +
-                " (with headroom) of " + human_bytes(b.available) + " available on " + b.device;
+    v.message = std::string(v.fits ? "fits" : "does not fit") + ": needs " +
+                human_bytes(p.total()) + " (with headroom) of " + human_bytes(b.available) +
+                " available on " + b.device;
     if (!v.fits)
-      v.message += "; use a smaller --ctx-size, a more quantized checkpoint, or another device "
-                   "(--force runs anyway)";
+      v.message +=
+          "; use a smaller --ctx-size, a more quantized checkpoint, or another device "
+          "(--force runs anyway)";
   }
   if (const GpuDevice* d = backend == BackendKind::kCpu ? nullptr : pick(pf, backend, device_index);
       d && d->integrated && d->has_memory_info && d->gtt_total > 0 && p.weights > d->vram_total &&

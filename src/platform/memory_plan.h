@@ -53,8 +53,8 @@ WeightInfo read_weight_info(const std::string& model_dir);
 
 struct PlanRequest {
   std::int64_t ctx = 4096;
-  int sequences = 1;          // server: --parallel
-  int block_size = 32;        // KV block size as the pool allocates
+  int sequences = 1;    // server: --parallel
+  int block_size = 32;  // KV block size as the pool allocates
   std::int64_t prefill_chunk = 512;
   BackendKind backend = BackendKind::kCpu;
 };

@@ -13,8 +13,9 @@ ModelShape read_model_shape(const std::string& dir) {
   if (std::filesystem::is_regular_file(path, ec)) f.open(path);  // never block on a FIFO
   if (!f.is_open())
     throw_error(ErrorCategory::kBadInput,
-                path + ": cannot open (MODEL must be an MLX model folder, OWNER/NAME or a name "
-                       "`mlxcel pull` can fetch)");
+                path +
+                    ": cannot open (MODEL must be an MLX model folder, OWNER/NAME or a name "
+                    "`mlxcel pull` can fetch)");
   nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
   if (!j.is_object()) throw_error(ErrorCategory::kBadInput, path + ": not a JSON object");
   if (j.contains("text_config") && j["text_config"].is_object()) {
@@ -34,8 +35,9 @@ ModelShape read_model_shape(const std::string& dir) {
   s.n_heads = num("num_attention_heads", gemma ? 4 : 0);
   if (s.hidden_size <= 0 || s.n_layers <= 0 || s.n_heads <= 0)
     throw_error(ErrorCategory::kBadInput,
-                path + ": hidden_size, num_hidden_layers and num_attention_heads are required to "
-                       "plan memory");
+                path +
+                    ": hidden_size, num_hidden_layers and num_attention_heads are required to "
+                    "plan memory");
   s.n_kv_heads = num("num_key_value_heads", gemma ? 1 : s.n_heads);
   s.head_dim = s.model_type == "phi3" ? s.hidden_size / s.n_heads
                                       : num("head_dim", gemma ? 256 : s.hidden_size / s.n_heads);
@@ -47,7 +49,8 @@ ModelShape read_model_shape(const std::string& dir) {
   s.context_length = num("max_position_embeddings", 0);
   s.layer_window.assign(static_cast<std::size_t>(s.n_layers), 0);
   if (gemma) {
-    const std::int64_t win = num("sliding_window", 512), pat = std::max<std::int64_t>(1, num("sliding_window_pattern", 6));
+    const std::int64_t win = num("sliding_window", 512),
+                       pat = std::max<std::int64_t>(1, num("sliding_window_pattern", 6));
     for (std::int64_t l = 0; l < s.n_layers; ++l)
       if ((l + 1) % pat != 0) s.layer_window[static_cast<std::size_t>(l)] = win;
   } else if (j.contains("layer_types") && j["layer_types"].is_array() &&

@@ -27,15 +27,14 @@ std::string env_or(const char* name, const std::string& def) {
   return v && *v ? v : def;
 }
 
-
 std::uint64_t folder_bytes(const fs::path& p) {
   std::uint64_t n = 0;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+  for (auto it = fs::recursive_directory_iterator(p, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
     if (it->is_regular_file(ec)) n += it->file_size(ec);  // follows HF cache symlinks to blobs
   return n;
 }
-
 
 }  // namespace
 
@@ -64,17 +63,20 @@ std::string normalize_repo(const std::string& id) {
     });
   };
   if (!ok(owner) || !ok(name))
-    fail("'" + id + "' is not a model folder or a Hugging Face repo id (OWNER/NAME, or NAME for "
+    fail("'" + id +
+         "' is not a model folder or a Hugging Face repo id (OWNER/NAME, or NAME for "
          "mlx-community/NAME; letters, digits, '-', '_' and '.')");
   return r;
 }
 
 std::optional<std::string> hf_cache_snapshot(const std::string& repo, const std::string& revision) {
-  const std::string hf_home = env_or("HF_HOME", env_or("XDG_CACHE_HOME", home() + "/.cache") + "/huggingface");
+  const std::string hf_home =
+      env_or("HF_HOME", env_or("XDG_CACHE_HOME", home() + "/.cache") + "/huggingface");
   const std::string hub = env_or("HF_HUB_CACHE", hf_home + "/hub");
   std::string flat = repo;
   std::replace(flat.begin(), flat.end(), '/', '-');
-  const fs::path base = fs::path(hub) / ("models--" + repo.substr(0, repo.find('/')) + "--" + repo.substr(repo.find('/') + 1));
+  const fs::path base = fs::path(hub) / ("models--" + repo.substr(0, repo.find('/')) + "--" +
+                                         repo.substr(repo.find('/') + 1));
   std::string commit = revision;
   if (std::ifstream ref(base / "refs" / revision); ref) std::getline(ref, commit);
   const fs::path snap = base / "snapshots" / commit;
@@ -119,7 +121,8 @@ std::vector<StoredModel> list_models() {
       out.push_back(s);
     }
   }
-  const std::string hf_home = env_or("HF_HOME", env_or("XDG_CACHE_HOME", home() + "/.cache") + "/huggingface");
+  const std::string hf_home =
+      env_or("HF_HOME", env_or("XDG_CACHE_HOME", home() + "/.cache") + "/huggingface");
   for (const auto& e : fs::directory_iterator(env_or("HF_HUB_CACHE", hf_home + "/hub"), ec)) {
     const std::string n = e.path().filename().string();
     if (n.rfind("models--", 0) != 0) continue;

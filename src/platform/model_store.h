@@ -18,9 +18,9 @@ namespace mlxcel::platform {
 
 // MLXCEL_CACHE_DIR, else ${XDG_CACHE_HOME:-~/.cache}/mlxcel (scripts/smollm2.sh caches there too)
 std::string cache_dir();
-std::string store_dir(const std::string& repo);   // cache_dir()/models/OWNER/NAME
-std::string hub_endpoint();                       // HF_ENDPOINT or https://huggingface.co
-bool offline_from_env();                          // HF_HUB_OFFLINE=1 (or true/yes)
+std::string store_dir(const std::string& repo);  // cache_dir()/models/OWNER/NAME
+std::string hub_endpoint();                      // HF_ENDPOINT or https://huggingface.co
+bool offline_from_env();                         // HF_HUB_OFFLINE=1 (or true/yes)
 
 // "OWNER/NAME" stays, "NAME" becomes "mlx-community/NAME"; throws bad_input for anything that
 // cannot be a hub repo id (empty parts, "..", more than one '/').
@@ -28,7 +28,8 @@ std::string normalize_repo(const std::string& id);
 
 // The snapshot folder of `repo` in the HF cache for `revision` (refs/REVISION, or REVISION as a
 // commit), when one holds a config.json.
-std::optional<std::string> hf_cache_snapshot(const std::string& repo, const std::string& revision = "main");
+std::optional<std::string> hf_cache_snapshot(const std::string& repo,
+                                             const std::string& revision = "main");
 
 // A path that exists is returned as is. Otherwise MODEL is a repo id, found in the store or the
 // HF cache; when it is in neither, a bad_input error says to run `mlxcel pull REPO`.

@@ -33,22 +33,30 @@ std::string Preflight::report() const {
   char buf[512];
   std::string s;
   auto line = [&](const char* what, std::uint64_t v, const std::string& note) {
-    std::snprintf(buf, sizeof buf, "  %-13s %12s  %s\n", what, human_bytes(v).c_str(), note.c_str());
+    std::snprintf(buf, sizeof buf, "  %-13s %12s  %s\n", what, human_bytes(v).c_str(),
+                  note.c_str());
     s += buf;
   };
-  std::snprintf(buf, sizeof buf, "memory plan: ctx %lld (%lld allocated in blocks of %d), %d sequence%s, backend %s\n",
-                static_cast<long long>(request.ctx), static_cast<long long>(plan.ctx_allocated),
-                request.block_size, request.sequences, request.sequences == 1 ? "" : "s",
-                std::string(backend_name(request.backend)).c_str());
+  std::snprintf(
+      buf, sizeof buf,
+      "memory plan: ctx %lld (%lld allocated in blocks of %d), %d sequence%s, backend %s\n",
+      static_cast<long long>(request.ctx), static_cast<long long>(plan.ctx_allocated),
+      request.block_size, request.sequences, request.sequences == 1 ? "" : "s",
+      std::string(backend_name(request.backend)).c_str());
   s += buf;
-  line("weights", plan.weights, "exact, from the safetensors headers (" + std::to_string(weights.tensors) + " tensors, " +
-                                    std::to_string(weights.shards) + " shard" + (weights.shards == 1 ? "" : "s") + ")");
-  std::snprintf(buf, sizeof buf, "%s/token: %lld layers x %lld KV heads x %lld head_dim x K,V; %d sliding-window layer%s counted at full context",
-                human_bytes(plan.kv_bytes_per_token).c_str(), static_cast<long long>(shape.n_layers),
-                static_cast<long long>(shape.n_kv_heads), static_cast<long long>(shape.head_dim),
-                plan.sliding_layers, plan.sliding_layers == 1 ? "" : "s");
+  line("weights", plan.weights,
+       "exact, from the safetensors headers (" + std::to_string(weights.tensors) + " tensors, " +
+           std::to_string(weights.shards) + " shard" + (weights.shards == 1 ? "" : "s") + ")");
+  std::snprintf(buf, sizeof buf,
+                "%s/token: %lld layers x %lld KV heads x %lld head_dim x K,V; %d sliding-window "
+                "layer%s counted at full context",
+                human_bytes(plan.kv_bytes_per_token).c_str(),
+                static_cast<long long>(shape.n_layers), static_cast<long long>(shape.n_kv_heads),
+                static_cast<long long>(shape.head_dim), plan.sliding_layers,
+                plan.sliding_layers == 1 ? "" : "s");
   line("kv cache", plan.kv, buf);
-  line("activations", plan.activations, "step workspace for a " + std::to_string(request.prefill_chunk) + "-token prefill chunk");
+  line("activations", plan.activations,
+       "step workspace for a " + std::to_string(request.prefill_chunk) + "-token prefill chunk");
   line("logits", plan.logits, "fp32 logits of the sampled rows");
   line("allocations", plan.allocations(),
        request.backend == BackendKind::kCpu
@@ -57,8 +65,8 @@ std::string Preflight::report() const {
            : "what the backend allocates (generate prints it as \"device peak\")");
   line("headroom", plan.headroom, "allocator rounding and the runtime's own memory");
   line("total", plan.total(), "");
-  s += "available: " + (budget.known ? human_bytes(budget.available) : std::string("unknown")) + " on " +
-       budget.device + " (" + budget.how + ")\n";
+  s += "available: " + (budget.known ? human_bytes(budget.available) : std::string("unknown")) +
+       " on " + budget.device + " (" + budget.how + ")\n";
   s += verdict.message + "\n";
   for (const auto& w : verdict.warnings) s += "warning: " + w + "\n";
   return s;
@@ -95,8 +103,9 @@ void enforce(const Preflight& p, const Platform& pf, bool force, int device_inde
       std::fprintf(stderr, "warning: %s (continuing: --force)\n", p.verdict.message.c_str());
       return;
     }
-    throw_error(ErrorCategory::kOutOfMemory, "the model " + p.verdict.message +
-                                                 " (`mlxcel inspect -m MODEL --ctx N` shows the budget)");
+    throw_error(
+        ErrorCategory::kOutOfMemory,
+        "the model " + p.verdict.message + " (`mlxcel inspect -m MODEL --ctx N` shows the budget)");
   }
 }
 

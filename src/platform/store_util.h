@@ -7,7 +7,9 @@
 
 namespace mlxcel::platform {
 
-[[noreturn]] inline void fail(const std::string& msg) { throw_error(ErrorCategory::kBadInput, msg); }
+[[noreturn]] inline void fail(const std::string& msg) {
+  throw_error(ErrorCategory::kBadInput, msg);
+}
 
 // A folder is a model once its config.json is there (a pull writes it with the other files).
 inline bool is_model_folder(const std::filesystem::path& p) {

@@ -51,8 +51,10 @@ TEST(Platform, RocmCoverageIsExact) {
 
 TEST(Platform, CudaCoverageFollowsSassAndPtxRules) {
   EXPECT_FALSE(arch_coverage_error(BackendKind::kCuda, "sm_90", {"sm_90"}).has_value());
-  EXPECT_FALSE(arch_coverage_error(BackendKind::kCuda, "sm_86", {"sm_80"}).has_value());  // same major
-  EXPECT_FALSE(arch_coverage_error(BackendKind::kCuda, "sm_120", {"sm_90"}).has_value()); // PTX JIT
+  EXPECT_FALSE(
+      arch_coverage_error(BackendKind::kCuda, "sm_86", {"sm_80"}).has_value());  // same major
+  EXPECT_FALSE(
+      arch_coverage_error(BackendKind::kCuda, "sm_120", {"sm_90"}).has_value());  // PTX JIT
   auto err = arch_coverage_error(BackendKind::kCuda, "sm_80", {"sm_90"});
   ASSERT_TRUE(err.has_value());
   EXPECT_NE(err->find("MLXCEL_CUDA_ARCHITECTURES=80"), std::string::npos) << *err;
@@ -85,8 +87,13 @@ TEST(Platform, KvBytesOfLlama31_8B) {
   // Llama-3.1-8B config.json: 32 layers, 8 KV heads, head_dim 128; bf16 K and V:
   // 32 * 8 * 128 * 2 * 2 = 131072 bytes per token.
   ModelShape s;
-  s.n_layers = 32; s.n_kv_heads = 8; s.head_dim = 128; s.hidden_size = 4096; s.n_heads = 32;
-  s.vocab_size = 128256; s.intermediate_size = 14336;
+  s.n_layers = 32;
+  s.n_kv_heads = 8;
+  s.head_dim = 128;
+  s.hidden_size = 4096;
+  s.n_heads = 32;
+  s.vocab_size = 128256;
+  s.intermediate_size = 14336;
   EXPECT_EQ(kv_bytes_per_token(s, 2), 131072u);
   WeightInfo w;
   w.bytes = 16060522496ull;

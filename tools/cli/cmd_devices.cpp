@@ -41,9 +41,10 @@ nlohmann::json device_json(const platform::GpuDevice& d) {
 
 int cmd_devices(const std::vector<std::string>& args) {
   bool as_json = false;
-  auto app = make_app("devices",
-                      "Lists the GPUs of this machine (GPU runtime of this build + Linux sysfs), their\n"
-                      "memory (VRAM / carve-out, GTT) and whether this build can use them.");
+  auto app =
+      make_app("devices",
+               "Lists the GPUs of this machine (GPU runtime of this build + Linux sysfs), their\n"
+               "memory (VRAM / carve-out, GTT) and whether this build can use them.");
   app->add_flag("--json", as_json, "print JSON");
   if (!parse_args(*app, args)) return 0;
   const platform::Platform pf = platform::detect();
@@ -52,10 +53,14 @@ int cmd_devices(const std::vector<std::string>& args) {
   if (as_json) {
     nlohmann::json g = nlohmann::json::array();
     for (const auto& d : pf.gpus) g.push_back(device_json(d));
-    nlohmann::json j{{"build", {{"backend", pf.backend}, {"gpu_targets", pf.compiled_targets},
-                                {"runtime_version", platform::build_runtime_version()}}},
-                     {"host", {{"memory_total", pf.host.total}, {"memory_available", pf.host.available},
-                               {"kernel", pf.kernel}}},
+    nlohmann::json j{{"build",
+                      {{"backend", pf.backend},
+                       {"gpu_targets", pf.compiled_targets},
+                       {"runtime_version", platform::build_runtime_version()}}},
+                     {"host",
+                      {{"memory_total", pf.host.total},
+                       {"memory_available", pf.host.available},
+                       {"kernel", pf.kernel}}},
                      {"gpus", g},
                      {"runtime_note", pf.runtime_note},
                      {"warnings", pf.warnings}};
@@ -65,32 +70,41 @@ int cmd_devices(const std::vector<std::string>& args) {
   std::printf("cpu: always available (reference backend); host memory %s, %s available\n",
               human_bytes(pf.host.total).c_str(), human_bytes(pf.host.available).c_str());
   std::printf("build: backend %s, gpu targets %s, runtime %s\n", pf.backend.c_str(),
-              targets.empty() ? "none" : targets.c_str(), platform::build_runtime_version().c_str());
+              targets.empty() ? "none" : targets.c_str(),
+              platform::build_runtime_version().c_str());
   if (!pf.kernel.empty()) std::printf("kernel: linux %s\n", pf.kernel.c_str());
   if (pf.gpus.empty()) {
     std::printf("gpu: none found (no KFD GPU node, no NVIDIA PCI device%s)\n",
                 pf.runtime_note.empty() ? "" : ("; runtime: " + pf.runtime_note).c_str());
   }
   for (const auto& d : pf.gpus) {
-    std::printf("gpu %d: %s %s  [%s]\n", d.index, d.vendor.c_str(), d.name.c_str(), d.source.c_str());
-    std::printf("    arch %s, %d %s, wave %d%s\n", d.arch.empty() ? "?" : d.arch.c_str(), d.compute_units,
-                d.vendor == "NVIDIA" ? "SMs" : "CUs", d.wave_size, d.integrated ? ", integrated (UMA)" : ", discrete");
+    std::printf("gpu %d: %s %s  [%s]\n", d.index, d.vendor.c_str(), d.name.c_str(),
+                d.source.c_str());
+    std::printf("    arch %s, %d %s, wave %d%s\n", d.arch.empty() ? "?" : d.arch.c_str(),
+                d.compute_units, d.vendor == "NVIDIA" ? "SMs" : "CUs", d.wave_size,
+                d.integrated ? ", integrated (UMA)" : ", discrete");
     if (d.has_memory_info) {
       std::printf("    %s %s total, %s free", d.integrated ? "carve-out (VRAM)" : "VRAM",
                   human_bytes(d.vram_total).c_str(), human_bytes(d.vram_free).c_str());
       if (d.gtt_total)
-        std::printf("; GTT %s total, %s free", human_bytes(d.gtt_total).c_str(), human_bytes(d.gtt_free).c_str());
+        std::printf("; GTT %s total, %s free", human_bytes(d.gtt_total).c_str(),
+                    human_bytes(d.gtt_free).c_str());
       std::printf("\n");
     } else {
-      std::printf("    memory: unknown without the %s runtime\n", d.vendor == "NVIDIA" ? "CUDA" : "HIP");
+      std::printf("    memory: unknown without the %s runtime\n",
+                  d.vendor == "NVIDIA" ? "CUDA" : "HIP");
     }
     std::string ids;
     if (!d.pci_id.empty()) ids += "pci " + d.pci_id;
-    if (!d.firmware.empty()) ids += (ids.empty() ? "" : ", ") + std::string("firmware ") + d.firmware;
-    if (!d.driver_version.empty()) ids += (ids.empty() ? "" : ", ") + std::string("driver ") + d.driver_version;
-    if (!d.runtime_version.empty()) ids += (ids.empty() ? "" : ", ") + std::string("runtime ") + d.runtime_version;
+    if (!d.firmware.empty())
+      ids += (ids.empty() ? "" : ", ") + std::string("firmware ") + d.firmware;
+    if (!d.driver_version.empty())
+      ids += (ids.empty() ? "" : ", ") + std::string("driver ") + d.driver_version;
+    if (!d.runtime_version.empty())
+      ids += (ids.empty() ? "" : ", ") + std::string("runtime ") + d.runtime_version;
     if (!ids.empty()) std::printf("    %s\n", ids.c_str());
-    if (!d.supported) std::printf("    not usable by this build: %s\n", d.unsupported_reason.c_str());
+    if (!d.supported)
+      std::printf("    not usable by this build: %s\n", d.unsupported_reason.c_str());
   }
   for (const auto& w : pf.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   return 0;
@@ -98,6 +112,7 @@ int cmd_devices(const std::vector<std::string>& args) {
 
 }  // namespace
 
-MLXCEL_COMMAND("devices", "list the GPUs, their memory and whether this build can use them", cmd_devices);
+MLXCEL_COMMAND("devices", "list the GPUs, their memory and whether this build can use them",
+               cmd_devices);
 
 }  // namespace mlxcel::cli

@@ -19,18 +19,24 @@ namespace mlxcel::cli {
 namespace {
 
 int cmd_pull(const std::vector<std::string>& args) {
-  auto app = make_app("pull",
-                      "Downloads a model from the Hugging Face hub into the mlxcel store\n"
-                      "(${MLXCEL_CACHE_DIR:-~/.cache/mlxcel}/models/OWNER/NAME). Resumes an interrupted\n"
-                      "pull, checks sha256 where the hub lists it, reuses the Hugging Face cache.\n"
-                      "HF_TOKEN: access token for gated or private repos; HF_ENDPOINT: another hub.");
+  auto app =
+      make_app("pull",
+               "Downloads a model from the Hugging Face hub into the mlxcel store\n"
+               "(${MLXCEL_CACHE_DIR:-~/.cache/mlxcel}/models/OWNER/NAME). Resumes an interrupted\n"
+               "pull, checks sha256 where the hub lists it, reuses the Hugging Face cache.\n"
+               "HF_TOKEN: access token for gated or private repos; HF_ENDPOINT: another hub.");
   std::string repo;
   platform::PullOptions o;
   bool quiet = false;
-  app->add_option("repo", repo, "OWNER/NAME, or NAME for mlx-community/NAME")->type_name("REPO")->required();
+  app->add_option("repo", repo, "OWNER/NAME, or NAME for mlx-community/NAME")
+      ->type_name("REPO")
+      ->required();
   app->add_option("--revision", o.revision, "branch, tag or commit (default main)")->type_name("R");
-  app->add_option("-j,--jobs", o.jobs, "files downloaded at once (default 4)")->type_name("N")->check(in_range(1, 64));
-  app->add_flag("--offline", o.offline, "no network: only say where a downloaded copy is (also HF_HUB_OFFLINE=1)");
+  app->add_option("-j,--jobs", o.jobs, "files downloaded at once (default 4)")
+      ->type_name("N")
+      ->check(in_range(1, 64));
+  app->add_flag("--offline", o.offline,
+                "no network: only say where a downloaded copy is (also HF_HUB_OFFLINE=1)");
   app->add_flag("-q,--quiet", quiet, "print only the folder");
   if (!parse_args(*app, args)) return 0;
   o.repo = platform::normalize_repo(repo);
@@ -42,7 +48,8 @@ int cmd_pull(const std::vector<std::string>& args) {
 }
 
 int cmd_list(const std::vector<std::string>& args) {
-  auto app = make_app("list", "Lists the models in the mlxcel store and in the Hugging Face cache.");
+  auto app =
+      make_app("list", "Lists the models in the mlxcel store and in the Hugging Face cache.");
   bool as_json = false;
   app->add_flag("--json", as_json, "print JSON");
   if (!parse_args(*app, args)) return 0;
@@ -50,8 +57,12 @@ int cmd_list(const std::vector<std::string>& args) {
   if (as_json) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& m : models)
-      j.push_back({{"repo", m.repo}, {"path", m.path}, {"source", m.source}, {"bytes", m.bytes},
-                   {"revision", m.revision}, {"complete", m.complete}});
+      j.push_back({{"repo", m.repo},
+                   {"path", m.path},
+                   {"source", m.source},
+                   {"bytes", m.bytes},
+                   {"revision", m.revision},
+                   {"complete", m.complete}});
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -69,16 +80,20 @@ int cmd_list(const std::vector<std::string>& args) {
 }
 
 int cmd_rm(const std::vector<std::string>& args) {
-  auto app = make_app("rm", "Deletes a model from the mlxcel store (never from the Hugging Face cache).");
+  auto app =
+      make_app("rm", "Deletes a model from the mlxcel store (never from the Hugging Face cache).");
   std::string repo;
   bool yes = false;
-  app->add_option("repo", repo, "OWNER/NAME, or NAME for mlx-community/NAME")->type_name("REPO")->required();
+  app->add_option("repo", repo, "OWNER/NAME, or NAME for mlx-community/NAME")
+      ->type_name("REPO")
+      ->required();
   app->add_flag("-y,--yes", yes, "do not ask");
   if (!parse_args(*app, args)) return 0;
   const std::string r = platform::normalize_repo(repo);
   if (!yes) {
     if (!isatty(STDIN_FILENO))
-      throw_error(ErrorCategory::kBadInput, "rm: not a terminal to confirm on; pass --yes to delete " + r);
+      throw_error(ErrorCategory::kBadInput,
+                  "rm: not a terminal to confirm on; pass --yes to delete " + r);
     std::printf("delete %s (%s)? [y/N] ", r.c_str(), platform::store_dir(r).c_str());
     std::fflush(stdout);
     std::string answer;
