@@ -24,6 +24,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libxxhash-dev libcli11-dev
   libboost1.81-dev  # Boost.Beast / Asio (header-only): the server's HTTP layer
+  libcurl4-openssl-dev  # `mlxcel pull`: HTTPS downloads from the Hugging Face hub
   clang-19 lld-19 clang-tools-19 libclang-rt-19-dev
   clang-14  # only for the configure test that an old clang is refused
   libamdhip64-dev rocm-device-libs

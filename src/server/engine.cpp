@@ -1,3 +1,4 @@
+#include "platform/preflight.h"
 #include "server/engine.h"
 
 #include <algorithm>
@@ -109,7 +110,9 @@ struct Engine::Slot final : runtime::SequenceObserver {
 Engine::Engine(models::Model& model, const runtime::ChatFormatter& fmt, EngineOptions opts,
                ServerMetrics& metrics)
     : model_(model), fmt_(fmt), opts_(std::move(opts)), metrics_(metrics) {
-  const std::int64_t blocks = runtime::blocks_for(opts_.ctx_size, opts_.block_size, opts_.parallel);
+  // Sized by the same rule the memory plan counts (platform/preflight.h), so what `serve
+  // --estimate-memory` printed is what is allocated.
+  const std::int64_t blocks = platform::kv_pool_blocks(opts_.ctx_size, opts_.block_size, opts_.parallel);
   pool_ = std::make_unique<runtime::KvBlockPool>(model_.kv_layout(blocks, opts_.block_size),
                                                  &model_.backend());
   metrics_.kv_blocks_total.set(static_cast<double>(blocks));

@@ -1065,8 +1065,8 @@ double parse_seconds(const std::string& flag, const std::string& v, double lo, d
 }  // namespace
 
 const char* server_help() {
-  return "usage: mlxcel-server -m MODEL_DIR [options]   (also: mlxcel serve ...)\n"
-         "  -m, --model DIR          MLX model folder\n"
+  return "usage: mlxcel-server -m MODEL [options]   (also: mlxcel serve ...)\n"
+         "  -m, --model MODEL        MLX model folder, or OWNER/NAME from `mlxcel pull`\n"
          "  --alias NAME             model id clients send (default: the folder name)\n"
          "  --host ADDR              bind address (default 127.0.0.1)\n"
          "  --port N                 port (default 8080)\n"
@@ -1091,6 +1091,8 @@ const char* server_help() {
          "  --shutdown-grace S       on SIGTERM, running requests get S seconds to finish (default "
          "10)\n"
          "  --numerics fast|mlx      fast: fp32 accumulation (default); mlx: MLX CPU bit for bit\n"
+         "  --estimate-memory        print the memory plan (weights, KV pool, available) and exit\n"
+         "  --force                  start even when the memory plan says the model does not fit\n"
          "  --debug-step-delay-ms N  testing aid: sleep N ms after every engine step\n"
          "  --debug-nan-marker STR   testing aid: prompts containing STR get NaN logits\n"
          "sampling defaults for requests that leave a field out (requests override them):\n"

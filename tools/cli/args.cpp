@@ -9,6 +9,9 @@
 #include <random>
 
 #include "core/error.h"
+#include "platform/devices.h"
+#include "platform/model_store.h"
+#include "platform/preflight.h"
 #include "runtime/options.h"
 
 namespace mlxcel::cli {
@@ -70,7 +73,7 @@ std::string ModelArg::resolve() const {
     throw_error(ErrorCategory::kBadInput,
                 "a model folder is required (-m DIR, or DIR as the first argument)");
   reject_gguf(dir);
-  return dir;
+  return platform::resolve_model(dir);
 }
 
 void add_load_options(CLI::App& app, LoadArgs& l) {
@@ -95,6 +98,35 @@ void add_load_options(CLI::App& app, LoadArgs& l) {
   app.add_option("-t,--threads", l.threads, "CPU threads (default: all cores, or MLXCEL_THREADS)")
       ->type_name("N")
       ->check(in_range(1, 1024));
+}
+
+void add_memory_options(CLI::App& app, MemoryArgs& m) {
+  app.add_flag("--estimate-memory", m.estimate,
+               "print the memory plan (weights, KV cache, activations, available) and exit");
+  app.add_flag("--force", m.force, "load even when the memory plan says the model does not fit");
+}
+
+bool check_memory(const std::string& dir, std::int64_t ctx, int sequences,
+                  const runtime::LoadOptions& load, const MemoryArgs& m) {
+  const platform::Platform pf = platform::detect();
+  platform::PlanRequest req;
+  req.ctx = ctx;
+  req.sequences = sequences;
+  req.backend = load.backend;
+  platform::Preflight p;
+  try {
+    p = platform::plan_model(dir, req, pf);
+  } catch (const Error& e) {
+    // A folder the planner cannot read is left to the loader, whose errors name the file.
+    if (m.estimate || e.category() != ErrorCategory::kBadInput) throw;
+    return true;
+  }
+  if (m.estimate) {
+    std::fputs(p.report().c_str(), stdout);
+    return false;
+  }
+  platform::enforce(p, pf, m.force);
+  return true;
 }
 
 void LoadArgs::apply() const {

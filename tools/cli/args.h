@@ -28,11 +28,25 @@ bool parse_args(CLI::App& app, const std::vector<std::string>& args);
 // The model folder, given as -m/--model DIR or as the first positional argument.
 struct ModelArg {
   std::string flag, positional;
-  // The chosen folder; throws kBadInput when neither or both are given, and points a GGUF file
-  // at `mlxcel convert`.
+  // The chosen folder: a path, or a repo id (OWNER/NAME, NAME = mlx-community/NAME) found in the
+  // model store or the Hugging Face cache (platform/model_store.h). Throws kBadInput when neither
+  // or both are given, when a repo is not downloaded (naming `mlxcel pull`), and points a GGUF
+  // file at `mlxcel convert`.
   std::string resolve() const;
 };
 void add_model_option(CLI::App& app, ModelArg& m);
+
+// --estimate-memory (print the memory plan and exit) and --force (load even when the plan says
+// the model does not fit). The plan itself is platform/preflight.h.
+struct MemoryArgs {
+  bool estimate = false, force = false;
+};
+void add_memory_options(CLI::App& app, MemoryArgs& m);
+// Runs the preflight for `dir` at `ctx` on the backend of `load`: with --estimate-memory prints
+// the plan and returns false (the command exits 0); otherwise refuses a GPU this build has no
+// code for, and a model that does not fit unless --force. Returns true to go on loading.
+bool check_memory(const std::string& dir, std::int64_t ctx, int sequences,
+                  const runtime::LoadOptions& load, const MemoryArgs& m);
 
 // -t/--threads N: sets MLXCEL_THREADS for the CPU thread pool (before the model loads).
 // --numerics fast|mlx.

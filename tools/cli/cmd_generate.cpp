@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "platform/memory_plan.h"
 #include "runtime/loader.h"
 #include "runtime/chat.h"
 #include "runtime/generator.h"
@@ -42,6 +43,7 @@ struct GenArgs {
   std::vector<std::string> stop;
   runtime::SamplingParams sampling;
   LoadArgs load;
+  MemoryArgs memory;
 };
 
 // Returns false when --help was printed.
@@ -80,10 +82,11 @@ bool parse(const std::vector<std::string>& args, bool repl, GenArgs& g) {
       ->type_name("FILE");
   app.add_flag("-q,--quiet", g.quiet, "no timing line on stderr");
   add_load_options(app, g.load);
+  add_memory_options(app, g.memory);
   add_sampling_options(app, g.sampling);
   if (!parse_args(app, args)) return false;
   g.model = model_arg.resolve();
-  if (!repl && g.prompt.empty() && g.prompt_ids.empty())
+  if (!repl && g.prompt.empty() && g.prompt_ids.empty() && !g.memory.estimate)
     throw_error(ErrorCategory::kBadInput, "a prompt is required (-p TEXT or --prompt-ids FILE)");
   ensure_seed(g.sampling);
   g.load.apply();
@@ -116,13 +119,24 @@ struct Engine {
   std::int64_t ctx = 0;
 };
 
+// The context the engine uses: --ctx-size, else the model's (at most 32768), else 4096.
+std::int64_t engine_ctx(const GenArgs& g, std::int64_t model_ctx) {
+  return g.ctx_size > 0 ? g.ctx_size
+                        : (model_ctx > 0 ? std::min<std::int64_t>(model_ctx, 32768) : 4096);
+}
+
+// Before loading: --estimate-memory prints the plan (returns false); a GPU this build has no code
+// for, or a model that does not fit, is refused unless --force.
+bool preflight(const GenArgs& g) {
+  const platform::ModelShape shape = platform::read_model_shape(g.model);
+  return check_memory(g.model, engine_ctx(g, shape.context_length), 1, g.load.load, g.memory);
+}
+
 Engine open_engine(const GenArgs& g) {
   auto lm =
       runtime::load_model(g.model, g.load.load);  // first: its errors name the folder and files
   Engine e{std::move(lm), runtime::ChatFormatter::load(g.model), nullptr, 0};
-  std::int64_t model_ctx = e.lm.model->config().context_length();
-  e.ctx = g.ctx_size > 0 ? g.ctx_size
-                         : (model_ctx > 0 ? std::min<std::int64_t>(model_ctx, 32768) : 4096);
+  e.ctx = engine_ctx(g, e.lm.model->config().context_length());
   e.pool = std::make_unique<runtime::KvBlockPool>(
       e.lm.model->kv_layout(runtime::blocks_for(e.ctx, 32), 32), &e.lm.model->backend());
   return e;
@@ -173,9 +187,11 @@ std::string reply(Engine& e, const GenArgs& g, const std::vector<std::int32_t>& 
     std::fprintf(
         stderr,
         "prompt: %lld tokens (%lld cached), %.1f tok/s | generation: %zu tokens, %.1f tok/s "
-        "| finish: %s | peak memory: %.0f MiB%s\n",
+        "| finish: %s | peak memory: %.0f MiB | device peak: %.0f MiB%s\n",
         static_cast<long long>(res.prompt_tokens), static_cast<long long>(res.cached_prompt_tokens),
         pp, res.tokens.size(), tg, res.finish_reason.c_str(), peak_rss_mib(),
+        // Bytes the backend allocated at its high-water mark: what `inspect --ctx` estimates.
+        e.lm.backend->memory_stats().peak / 1048576.0,
         // Sampling draws a fresh seed per run; printing it lets the user replay a run (--seed).
         g.sampling.greedy() ? "" : (" | seed " + std::to_string(*g.sampling.seed)).c_str());
   }
@@ -186,6 +202,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   GenArgs g;
   if (!parse(args, false, g)) return 0;
   std::string prompt_text = unescape(g.prompt);
+  if (!preflight(g)) return 0;
   if (prompt_text == "-") prompt_text.assign(std::istreambuf_iterator<char>(std::cin), {});
   Engine e = open_engine(g);
   std::vector<std::int32_t> prompt;
@@ -223,6 +240,7 @@ int cmd_generate(const std::vector<std::string>& args) {
 int cmd_run(const std::vector<std::string>& args) {
   GenArgs g;
   if (!parse(args, true, g)) return 0;
+  if (!preflight(g)) return 0;
   Engine e = open_engine(g);
   if (!e.fmt.has_template())
     throw_error(ErrorCategory::kBadInput,

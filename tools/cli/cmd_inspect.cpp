@@ -1,21 +1,23 @@
-// `mlxcel inspect -m DIR [--json] [--backend cpu|cuda|rocm]`: what a model folder holds and how
-// this build would load it. Quantized modules are grouped by path pattern (layer indices become
+// `mlxcel inspect -m MODEL [--ctx N] [--json] [--backend cpu|cuda|rocm]`: what a model folder
+// holds, how this build would load it, and whether it fits in the device's memory at N tokens. Quantized modules are grouped by path pattern (layer indices become
 // `*`) and parameters; each group shows mode / bits / group size and the route on the backend.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "backend/gpu/runtime.h"
 #include "core/error.h"
 #include "io/model_config.h"
 #include "io/quant_plan.h"
 #include "io/safetensors.h"
+#include "platform/devices.h"
+#include "platform/preflight.h"
 #include "tools/cli/args.h"
 #include "tools/cli/command.h"
 
@@ -57,12 +59,17 @@ std::string human(std::uint64_t b) {
 
 int cmd_inspect(const std::vector<std::string>& args) {
   bool as_json = false;
-  BackendKind backend = gpu::compiled_backend();
+  BackendKind backend = platform::build_backend();
+  std::int64_t ctx = 0;
+  int parallel = 1;
+  bool memory_only = false;
   std::string backend_arg;
   auto app_owner = make_app(
       "inspect",
       "Lists the quantized module groups of an MLX / Hugging Face model folder (mode, bits,\n"
-      "group size, how this build runs them on the backend) and the total weight bytes.");
+      "group size, how this build runs them on the backend), the total weight bytes, and the\n"
+      "memory plan at --ctx tokens: weights, KV cache, activations, what the device has, and\n"
+      "whether it fits (MLXCEL_MEMORY_LIMIT=96G overrides the available memory).");
   CLI::App& app = *app_owner;
   ModelArg model_arg;
   add_model_option(app, model_arg);
@@ -70,11 +77,42 @@ int cmd_inspect(const std::vector<std::string>& args) {
   app.add_option("--backend", backend_arg,
                  "backend to plan for (default: the one this build was compiled for)")
       ->type_name("cpu|cuda|rocm");
+  app.add_option("--ctx,-c,--ctx-size", ctx,
+                 "context tokens to plan for (default: the model's, at most 32768)")
+      ->type_name("N")
+      ->check(in_range(16, 1 << 24));
+  app.add_option("--parallel", parallel, "sequences sharing the KV pool (the server's --parallel)")
+      ->type_name("N")
+      ->check(in_range(1, 1024));
+  app.add_flag("--memory-only", memory_only,
+               "only the memory plan (reads config.json and the safetensors headers, nothing else)");
   if (!parse_args(app, args)) return 0;
   const std::string dir = model_arg.resolve();
   if (!backend_arg.empty() && !parse_backend(backend_arg, &backend))
     throw_error(ErrorCategory::kBadInput,
                 "inspect: unknown backend '" + backend_arg + "' (cpu, cuda, rocm)");
+
+  // The memory plan reads config.json and the safetensors headers only.
+  const platform::Platform pf = platform::detect();
+  platform::PlanRequest req;
+  req.backend = backend;
+  req.sequences = parallel;
+  std::optional<platform::Preflight> mem;
+  std::string mem_error;
+  try {
+    req.ctx = ctx > 0 ? ctx : platform::default_ctx(platform::read_model_shape(dir), 32768);
+    mem = platform::plan_model(dir, req, pf);
+  } catch (const Error& e) {
+    mem_error = e.what();
+  }
+  if (memory_only) {
+    if (!mem) throw_error(ErrorCategory::kBadInput, mem_error);
+    if (as_json)
+      std::printf("%s\n", nlohmann::json{{"model", dir}, {"memory", mem->json()}}.dump(2).c_str());
+    else
+      std::fputs(mem->report().c_str(), stdout);
+    return 0;
+  }
 
   const ModelConfig cfg = ModelConfig::load(dir);
   const Checkpoint ckpt = Checkpoint::open(dir);
@@ -156,6 +194,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
     j["dense_tensors"] = plan.dense_tensors;
     j["tensors"] = ckpt.names().size();
     j["shards"] = ckpt.files().size();
+    if (mem) j["memory"] = mem->json();
+    else j["memory"] = {{"error", mem_error}};
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -192,6 +232,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
               human(plan.total_bytes - plan.quantized_bytes).c_str());
   std::printf("total weight bytes: %llu (%s)\n", static_cast<unsigned long long>(plan.total_bytes),
               human(plan.total_bytes).c_str());
+  std::printf("\n%s", mem ? mem->report().c_str() : ("memory plan: unavailable: " + mem_error + "\n").c_str());
   return 0;
 }
 
