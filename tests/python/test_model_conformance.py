@@ -8,7 +8,8 @@ With --numerics mlx, mlxcel reproduces MLX's CPU arithmetic, so the gate is stri
 disagreements at decided positions (margin >= 2.0, with decided positions present), the same 32
 greedy tokens, and the reference's top-1 logit bit-identical at every traced position. The
 default engine (fp32 accumulation) is held to the decided-position gate on the unquantized
-fixtures."""
+fixtures and on the float32-activation twins of the quantized ones (every quantized mode once,
+plus llama_h576-affine4)."""
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from _quant_util import CLI  # noqa: E402
-from make_fixtures import fixture_names  # noqa: E402
+from make_fixtures import f32_twin_names, fixture_names  # noqa: E402
 from model_conformance import check_fixture  # noqa: E402
 
 # mlx-lm cannot run an unquantized qwen3_moe in bf16 on the CPU (GatherMM has no bf16 kernel);
@@ -56,13 +57,17 @@ def test_mlx_numerics_match_mlx_lm(all_fixtures, tmp_path, name):
     assert r["greedy"]["equal"], f"{name}: greedy tokens differ at {r['greedy']['first_difference']}"
 
 
-# The unquantized fixtures: there MLX's CPU backend accumulates in fp32 too, so the default engine
-# differs from it only by summation order and must agree at every decided position. (For
-# quantized bf16 models MLX's CPU reference accumulates in bf16, a few ulps of noise per layer,
-# and the fp32 engine legitimately disagrees at a margin-2.0 position now and then: those are
-# measured and reported, not gated; docs/numerics.md.)
-@pytest.mark.parametrize("name", ["llama-bf16", "qwen3-bf16", "gemma3_text-bf16", "phi3-bf16", "qwen3_moe-f32",
-                                  "llama_h576-bf16", "gemma3_h640-bf16", "qwen3_moe_h320-f32"])
+# The unquantized fixtures and the float32-activation twins of the quantized ones: there MLX's CPU
+# backend accumulates in fp32 too, so the default engine differs from it only by summation order
+# and must agree at every decided position. (For quantized bf16 models MLX's CPU reference
+# accumulates in bf16, a few ulps of noise per layer, and the fp32 engine legitimately disagrees
+# at a margin-2.0 position now and then; the twins carry the same quantized weights' kernels
+# without that noise; docs/numerics.md.)
+FAST_GATED = ["llama-bf16", "qwen3-bf16", "gemma3_text-bf16", "phi3-bf16", "qwen3_moe-f32",
+              "llama_h576-bf16", "gemma3_h640-bf16", "qwen3_moe_h320-f32"] + f32_twin_names()
+
+
+@pytest.mark.parametrize("name", FAST_GATED)
 def test_fast_numerics_decided_positions(all_fixtures, tmp_path, name):
     r = check_fixture(str(CLI), str(all_fixtures / name), tmp_path, "fast")
     print(name, "fast:", describe(r))
