@@ -25,8 +25,7 @@ def test_writes_every_fixture(fixtures):
     want = sorted([f"{f}-{m}" for f in fams for m in ("affine4", "affine8", "mxfp4", "mxfp8")] +
                   [f"{f}-bf16" for f in fams if f != "qwen3_moe"] + ["qwen3_moe-f32", "llama-mixed"] +
                   ["llama_h576-bf16", "llama_h576-affine4", "gemma3_h640-bf16", "qwen3_moe_h320-f32"] +
-                  ["qwen3-affine4-f32", "gemma3_text-affine8-f32", "qwen3_moe-mxfp4-f32", "phi3-mxfp8-f32",
-                   "llama_h576-affine4-f32"])
+                  ["gemma3_text-affine8-f32", "qwen3_moe-mxfp4-f32", "phi3-mxfp8-f32", "llama_h576-affine4-f32"])
     assert names == want
 
 
@@ -67,7 +66,7 @@ def test_f32_twins_are_float32(fixtures):
     """The float32-activation twins: same quantization as their bf16 fixture, float32 everywhere
     else (affine scales/biases, norms), which is what makes mlx-lm accumulate in fp32."""
     import mlx.core as mx
-    for name, bf16 in [("qwen3-affine4-f32", "qwen3-affine4"), ("phi3-mxfp8-f32", "phi3-mxfp8")]:
+    for name, bf16 in [("llama_h576-affine4-f32", "llama_h576-affine4"), ("phi3-mxfp8-f32", "phi3-mxfp8")]:
         cfg = json.loads((fixtures / name / "config.json").read_text())
         assert cfg["quantization"] == json.loads((fixtures / bf16 / "config.json").read_text())["quantization"]
         w = mx.load(str(fixtures / name / "model.safetensors"))
@@ -78,7 +77,7 @@ def test_f32_twins_are_float32(fixtures):
                 assert v.dtype == mx.float32, f"{name} {k}: {v.dtype}"
             else:
                 assert v.dtype == ref[k].dtype and v.shape == ref[k].shape, f"{name} {k}"
-    w = mx.load(str(fixtures / "qwen3-affine4-f32" / "model.safetensors"))
+    w = mx.load(str(fixtures / "llama_h576-affine4-f32" / "model.safetensors"))
     assert w["model.layers.0.self_attn.q_proj.scales"].dtype == mx.float32
     assert w["model.layers.0.self_attn.q_proj.biases"].dtype == mx.float32
 
