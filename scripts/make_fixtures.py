@@ -4,7 +4,8 @@
 usage: make_fixtures.py OUTDIR [--families llama,qwen3,...] [--modes bf16,affine4,mxfp4-f32,...] [--no-mixed]
 
 For every family (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3) and mode
-(bf16, affine4 = affine 4-bit gs 64, affine8 = affine 8-bit gs 64, mxfp4, mxfp8) it writes
+(bf16, affine4 = affine 4-bit gs 64, affine8 = affine 8-bit gs 64, mxfp4, mxfp8; nvfp4 on
+request) it writes
 OUTDIR/<family>-<mode>/ with config.json, model.safetensors (+ index) and a real tokenizer, using
 the installed mlx_lm.models.<arch> classes, mlx_lm.utils.quantize_model (nn.quantize with the
 model's own quant_predicate) and mlx_lm.utils.save_model / save_config. One extra fixture,
@@ -59,15 +60,21 @@ MODES = {
     "mxfp4": dict(mode="mxfp4", group_size=32, bits=4),
     "mxfp8": dict(mode="mxfp8", group_size=32, bits=8),
 }
+# Modes written only on request or as a float32 twin (F32_TWINS): nvfp4 (E2M1 elements, E4M3
+# scales, groups of 16) has no bf16 fixture; its quantized matmul is checked against MLX op by op
+# (tests/python/test_qmm_mlx_numerics.py) and its model-level path through its twin.
+EXTRA_MODES = {"nvfp4": dict(mode="nvfp4", group_size=16, bits=4)}
+ALL_MODES = {**MODES, **EXTRA_MODES}
 
 # Written by default: each quantized mode once, across families chosen for what each adds, so
 # that the fast-numerics gate covers every quantized matmul / embedding kernel at ~10-15 s of CI
 # per fixture and width check: llama_h576 affine4 (576 / 1536 wide, 9/3 heads, tied quantized
 # head), gemma3_text affine8 (tied quantized head, GeGLU, sliding window), qwen3_moe mxfp4
 # (quantized experts through the gather matmul, q/k norms), phi3 mxfp8 (fused qkv / gate_up
-# split, longrope). The 151k-vocabulary qwen3/qwen2 fixtures would double the cost of a twin.
-F32_TWINS = {"gemma3_text": ["affine8-f32"], "qwen3_moe": ["mxfp4-f32"], "phi3": ["mxfp8-f32"],
-             "llama_h576": ["affine4-f32"]}
+# split, longrope), mistral nvfp4 (the one model-level nvfp4 fixture; sliding window, untied
+# head). The 151k-vocabulary qwen3/qwen2 fixtures would double the cost of a twin.
+F32_TWINS = {"mistral": ["nvfp4-f32"], "gemma3_text": ["affine8-f32"], "qwen3_moe": ["mxfp4-f32"],
+             "phi3": ["mxfp8-f32"], "llama_h576": ["affine4-f32"]}
 
 H = 64  # hidden size of every fixture of family_configs()
 
@@ -143,8 +150,8 @@ def realistic_configs():
 def parse_mode(mode):
     """'affine4' -> ('affine4', bfloat16); 'affine4-f32' -> ('affine4', float32)."""
     base, sep, suffix = mode.partition("-")
-    if base not in MODES or (sep and suffix != "f32") or (base == "bf16" and sep):
-        known = ", ".join(list(MODES) + [f"{m}-f32" for m in MODES if m != "bf16"])
+    if base not in ALL_MODES or (sep and suffix != "f32") or (base == "bf16" and sep):
+        known = ", ".join(list(ALL_MODES) + [f"{m}-f32" for m in ALL_MODES if m != "bf16"])
         raise ValueError(f"unknown mode {mode} (known: {known})")
     return base, mx.float32 if sep else mx.bfloat16
 
@@ -276,7 +283,7 @@ def main(argv=None):
                 base, dtype = parse_mode(mode)
             except ValueError as e:
                 sys.exit(f"make_fixtures: {e}")
-            write_fixture(out, fam, mode, tok, seed, cfg, mode_params=MODES[base], dtype=dtype)
+            write_fixture(out, fam, mode, tok, seed, cfg, mode_params=ALL_MODES[base], dtype=dtype)
     if not args.no_mixed and "llama" in args.families.split(","):
         tok, seed, cfg, _ = fams["llama"]
         write_fixture(out, "llama", "mixed", tok, seed, cfg, predicate=mixed_predicate,

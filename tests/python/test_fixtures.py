@@ -25,7 +25,8 @@ def test_writes_every_fixture(fixtures):
     want = sorted([f"{f}-{m}" for f in fams for m in ("affine4", "affine8", "mxfp4", "mxfp8")] +
                   [f"{f}-bf16" for f in fams if f != "qwen3_moe"] + ["qwen3_moe-f32", "llama-mixed"] +
                   ["llama_h576-bf16", "llama_h576-affine4", "gemma3_h640-bf16", "qwen3_moe_h320-f32"] +
-                  ["gemma3_text-affine8-f32", "qwen3_moe-mxfp4-f32", "phi3-mxfp8-f32", "llama_h576-affine4-f32"])
+                  ["mistral-nvfp4-f32", "gemma3_text-affine8-f32", "qwen3_moe-mxfp4-f32", "phi3-mxfp8-f32",
+                   "llama_h576-affine4-f32"])
     assert names == want
 
 
