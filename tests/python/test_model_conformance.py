@@ -73,10 +73,19 @@ FAST_GATED = ["llama-bf16", "qwen3-bf16", "gemma3_text-bf16", "phi3-bf16", "qwen
               "llama_h576-bf16", "gemma3_h640-bf16", "qwen3_moe_h320-f32"] + f32_twin_names()
 
 
+# On the twins both sides accumulate in fp32, so the reference's top-1 logit (std ~15) is also
+# held to a bound: measured differences are <= 2e-4, while a realistic bug (f32 scales rounded to
+# bf16 in the fast quantized matmul, tried as a mutation) moves it by 0.3-0.5 and still passes
+# the decided-position gate.
+TOP1_BOUND = 2e-3
+
+
 @pytest.mark.parametrize("name", FAST_GATED)
 def test_fast_numerics_decided_positions(all_fixtures, tmp_path, name):
     r = check_fixture(str(CLI), str(all_fixtures / name), tmp_path, "fast")
-    print(name, "fast:", describe(r))
+    print(name, "fast:", describe(r), " max |d top1|:", {w: s["top1_max_diff"] for w, s in r["widths"].items()})
     for width, s in r["widths"].items():
         assert s["decided"] > 0, f"{name} {width}: inconclusive"
         assert s["disagree"] == 0, f"{name} {width}: {s['first_disagreements']}"
+        if name in f32_twin_names():
+            assert s["top1_max_diff"] <= TOP1_BOUND, f"{name} {width}: top-1 logit off by {s['top1_max_diff']:.3g}"
