@@ -66,13 +66,13 @@ MODES = {
 EXTRA_MODES = {"nvfp4": dict(mode="nvfp4", group_size=16, bits=4)}
 ALL_MODES = {**MODES, **EXTRA_MODES}
 
-# Written by default: each quantized mode once, across families chosen for what each adds, so
-# that the fast-numerics gate covers every quantized matmul / embedding kernel (each twin costs
-# ~5-20 s of CI per numerics mode, llama_h576 the most): llama_h576 affine4 (576 / 1536 wide, 9/3 heads, tied quantized
-# head), gemma3_text affine8 (tied quantized head, GeGLU, sliding window), qwen3_moe mxfp4
-# (quantized experts through the gather matmul, q/k norms), phi3 mxfp8 (fused qkv / gate_up
-# split, longrope), mistral nvfp4 (the one model-level nvfp4 fixture; sliding window, untied
-# head). The 151k-vocabulary qwen3/qwen2 fixtures would double the cost of a twin.
+# Written by default: each quantized mode once, across families chosen for what each adds, so that
+# the fast-numerics gate covers every quantized matmul / embedding kernel (each twin costs ~5-20 s
+# of CI per numerics mode, llama_h576 the most): llama_h576 affine4 (576 / 1536 wide, 9/3 heads,
+# tied quantized head), gemma3_text affine8 (tied quantized head, GeGLU, sliding window),
+# qwen3_moe mxfp4 (quantized experts through the gather matmul, q/k norms), phi3 mxfp8 (fused qkv
+# / gate_up split, longrope), mistral nvfp4 (the one model-level nvfp4 fixture; sliding window,
+# untied head). The 151k-vocabulary qwen3/qwen2 fixtures would double the cost of a twin.
 F32_TWINS = {"mistral": ["nvfp4-f32"], "gemma3_text": ["affine8-f32"], "qwen3_moe": ["mxfp4-f32"],
              "phi3": ["mxfp8-f32"], "llama_h576": ["affine4-f32"]}
 
