@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Build tiny random MLX checkpoints, written by mlx-lm itself, for model-level conformance.
 
-usage: make_fixtures.py OUTDIR [--families llama,qwen3,...] [--modes bf16,affine4,...] [--no-mixed]
+usage: make_fixtures.py OUTDIR [--families llama,qwen3,...] [--modes bf16,affine4,mxfp4-f32,...] [--no-mixed]
 
 For every family (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3) and mode
-(bf16, affine4 = affine 4-bit gs 64, affine8 = affine 8-bit gs 64, mxfp4, mxfp8) it writes
+(bf16, affine4 = affine 4-bit gs 64, affine8 = affine 8-bit gs 64, mxfp4, mxfp8; nvfp4 on
+request) it writes
 OUTDIR/<family>-<mode>/ with config.json, model.safetensors (+ index) and a real tokenizer, using
 the installed mlx_lm.models.<arch> classes, mlx_lm.utils.quantize_model (nn.quantize with the
 model's own quant_predicate) and mlx_lm.utils.save_model / save_config. One extra fixture,
@@ -16,6 +17,13 @@ shapes of real checkpoints, cut to 2 layers and a small vocabulary, each in its 
 modes: llama_h576 (SmolLM2-135M: hidden 576, 9 query / 3 KV heads), gemma3_h640 (Gemma 3 270M:
 hidden 640, head_dim 256, 1 KV head, sliding window) and qwen3_moe_h320 (5 query / 1 KV heads,
 12 experts, top 3).
+
+Float32-activation twins (F32_TWINS below), "<family>-<mode>-f32": the same family, shape, seed
+and quantization as "<family>-<mode>", but the model in float32 before quantizing, so affine
+scales/biases and the norms are float32 and mlx-lm's CPU reference computes and accumulates the
+quantized matmuls in fp32 (docs/numerics.md): there the default `fast` engine can be gated at
+decided positions, which the bf16-accumulating reference of the quantized bf16 fixtures does not
+allow. Any mode takes the suffix on request (`--families phi3 --modes affine4-f32`).
 
 Weights are deterministic (seed per family) and scaled so that logits have a standard deviation
 near 15: top-1 vs top-2 margins >= 2.0 then occur at a good share of positions (printed as
@@ -52,6 +60,21 @@ MODES = {
     "mxfp4": dict(mode="mxfp4", group_size=32, bits=4),
     "mxfp8": dict(mode="mxfp8", group_size=32, bits=8),
 }
+# Modes written only on request or as a float32 twin (F32_TWINS): nvfp4 (E2M1 elements, E4M3
+# scales, groups of 16) has no bf16 fixture; its quantized matmul is checked against MLX op by op
+# (tests/python/test_qmm_mlx_numerics.py) and its model-level path through its twin.
+EXTRA_MODES = {"nvfp4": dict(mode="nvfp4", group_size=16, bits=4)}
+ALL_MODES = {**MODES, **EXTRA_MODES}
+
+# Written by default: each quantized mode once, across families chosen for what each adds, so that
+# the fast-numerics gate covers every quantized matmul / embedding kernel (each twin costs ~5-20 s
+# of CI per numerics mode, llama_h576 the most): llama_h576 affine4 (576 / 1536 wide, 9/3 heads,
+# tied quantized head), gemma3_text affine8 (tied quantized head, GeGLU, sliding window),
+# qwen3_moe mxfp4 (quantized experts through the gather matmul, q/k norms), phi3 mxfp8 (fused qkv
+# / gate_up split, longrope), mistral nvfp4 (the one model-level nvfp4 fixture; sliding window,
+# untied head). The 151k-vocabulary qwen3/qwen2 fixtures would double the cost of a twin.
+F32_TWINS = {"mistral": ["nvfp4-f32"], "gemma3_text": ["affine8-f32"], "qwen3_moe": ["mxfp4-f32"],
+             "phi3": ["mxfp8-f32"], "llama_h576": ["affine4-f32"]}
 
 H = 64  # hidden size of every fixture of family_configs()
 
@@ -124,10 +147,32 @@ def realistic_configs():
     }
 
 
+def parse_mode(mode):
+    """'affine4' -> ('affine4', bfloat16); 'affine4-f32' -> ('affine4', float32)."""
+    base, sep, suffix = mode.partition("-")
+    if base not in ALL_MODES or (sep and suffix != "f32") or (base == "bf16" and sep):
+        known = ", ".join(list(ALL_MODES) + [f"{m}-f32" for m in ALL_MODES if m != "bf16"])
+        raise ValueError(f"unknown mode {mode} (known: {known})")
+    return base, mx.float32 if sep else mx.bfloat16
+
+
+def default_modes():
+    """family -> the modes main() writes for it by default."""
+    fams = {f: list(MODES) for f in family_configs()}
+    fams.update({f: list(modes) for f, (_, _, _, modes) in realistic_configs().items()})
+    for f, twins in F32_TWINS.items():
+        fams[f] += twins
+    return fams
+
+
+def f32_twin_names():
+    """The float32-activation twins main() writes by default, by folder name."""
+    return [f"{f}-{m}" for f, twins in F32_TWINS.items() for m in twins]
+
+
 def fixture_names():
     """Every fixture main() writes by default, by folder name."""
-    names = [f"{f}-{m}" for f in family_configs() for m in MODES] + ["llama-mixed"]
-    names += [f"{f}-{m}" for f, (_, _, _, modes) in realistic_configs().items() for m in modes]
+    names = [f"{f}-{m}" for f, modes in default_modes().items() for m in modes] + ["llama-mixed"]
     # The unquantized MoE fixtures are float32 (see write_fixture).
     return [n.replace("_moe-bf16", "_moe-f32").replace("_moe_h320-bf16", "_moe_h320-f32") for n in names]
 
@@ -190,12 +235,12 @@ def mixed_predicate(path, module):
     return True
 
 
-def write_fixture(out, family, mode, tok_key, seed, config, predicate=None, mode_params=None):
+def write_fixture(out, family, mode, tok_key, seed, config, predicate=None, mode_params=None,
+                  dtype=mx.bfloat16):
     folder, files, vocab = TOKENIZERS[tok_key]
     config = dict(config, vocab_size=vocab)
     # MLX's CPU GatherMM (the unquantized MoE expert matmul) only runs in float32, so the
     # unquantized qwen3_moe fixture is float32 ("<family>-f32") to stay runnable by mlx-lm on CPU.
-    dtype = mx.bfloat16
     if mode == "bf16" and config["model_type"] == "qwen3_moe":
         dtype, mode = mx.float32, "f32"
     model = build_model(config, seed, dtype)
@@ -226,16 +271,19 @@ def main(argv=None):
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
     mx.set_default_device(mx.cpu)
-    fams = {k: (*v, list(MODES)) for k, v in family_configs().items()}
+    fams = {k: (*v, None) for k, v in family_configs().items()}
     fams.update(realistic_configs())
+    defaults = default_modes()
     for fam in args.families.split(","):
         if fam not in fams:
             sys.exit(f"make_fixtures: unknown family {fam} (known: {', '.join(fams)})")
-        tok, seed, cfg, modes = fams[fam]
-        for mode in (args.modes.split(",") if args.modes else modes):
-            if mode not in MODES:
-                sys.exit(f"make_fixtures: unknown mode {mode} (known: {', '.join(MODES)})")
-            write_fixture(out, fam, mode, tok, seed, cfg, mode_params=MODES[mode])
+        tok, seed, cfg, _ = fams[fam]
+        for mode in (args.modes.split(",") if args.modes else defaults[fam]):
+            try:
+                base, dtype = parse_mode(mode)
+            except ValueError as e:
+                sys.exit(f"make_fixtures: {e}")
+            write_fixture(out, fam, mode, tok, seed, cfg, mode_params=ALL_MODES[base], dtype=dtype)
     if not args.no_mixed and "llama" in args.families.split(","):
         tok, seed, cfg, _ = fams["llama"]
         write_fixture(out, "llama", "mixed", tok, seed, cfg, predicate=mixed_predicate,

@@ -24,7 +24,9 @@ def test_writes_every_fixture(fixtures):
     fams = ["gemma3_text", "llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe"]
     want = sorted([f"{f}-{m}" for f in fams for m in ("affine4", "affine8", "mxfp4", "mxfp8")] +
                   [f"{f}-bf16" for f in fams if f != "qwen3_moe"] + ["qwen3_moe-f32", "llama-mixed"] +
-                  ["llama_h576-bf16", "llama_h576-affine4", "gemma3_h640-bf16", "qwen3_moe_h320-f32"])
+                  ["llama_h576-bf16", "llama_h576-affine4", "gemma3_h640-bf16", "qwen3_moe_h320-f32"] +
+                  ["mistral-nvfp4-f32", "gemma3_text-affine8-f32", "qwen3_moe-mxfp4-f32", "phi3-mxfp8-f32",
+                   "llama_h576-affine4-f32"])
     assert names == want
 
 
@@ -59,6 +61,26 @@ def test_safetensors_hold_quantized_tensors(fixtures):
     assert "model.layers.0.self_attn.q_proj.scales" in w8
     assert "model.layers.0.self_attn.q_proj.biases" not in w8  # mxfp has no biases
     assert w8["model.layers.0.self_attn.q_proj.scales"].dtype == mx.uint8
+
+
+def test_f32_twins_are_float32(fixtures):
+    """The float32-activation twins: same quantization as their bf16 fixture, float32 everywhere
+    else (affine scales/biases, norms), which is what makes mlx-lm accumulate in fp32."""
+    import mlx.core as mx
+    for name, bf16 in [("llama_h576-affine4-f32", "llama_h576-affine4"), ("phi3-mxfp8-f32", "phi3-mxfp8")]:
+        cfg = json.loads((fixtures / name / "config.json").read_text())
+        assert cfg["quantization"] == json.loads((fixtures / bf16 / "config.json").read_text())["quantization"]
+        w = mx.load(str(fixtures / name / "model.safetensors"))
+        ref = mx.load(str(fixtures / bf16 / "model.safetensors"))
+        assert sorted(w) == sorted(ref)
+        for k, v in w.items():
+            if ref[k].dtype == mx.bfloat16:
+                assert v.dtype == mx.float32, f"{name} {k}: {v.dtype}"
+            else:
+                assert v.dtype == ref[k].dtype and v.shape == ref[k].shape, f"{name} {k}"
+    w = mx.load(str(fixtures / "llama_h576-affine4-f32" / "model.safetensors"))
+    assert w["model.layers.0.self_attn.q_proj.scales"].dtype == mx.float32
+    assert w["model.layers.0.self_attn.q_proj.biases"].dtype == mx.float32
 
 
 def test_deterministic(tmp_path, fixtures):
