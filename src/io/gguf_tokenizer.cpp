@@ -1,6 +1,7 @@
 #include "io/gguf_tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <numeric>
 #include <unordered_map>
@@ -207,6 +208,15 @@ TokenizerFiles build_tokenizer(const File& f, std::int64_t context_length) {
   const bool add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", spm) && bos >= 0;
   const bool add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", false) && eos >= 0;
 
+  // Whitespace after a Phi-3 chat token belongs to the token: Phi-3's tokenizer.json marks them
+  // rstrip, and llama.cpp (llama-vocab.cpp), whose GGUF has no such attribute, sets it for every
+  // special token but <unk>, <s> and <|endoftext|> when general.name contains "phi-3" or "phi3".
+  std::string name = f.get_string_or("general.name", "");
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const bool phi3 =
+      name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
+
   // llama.cpp token types: 1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte.
   json added = json::array();
   json added_decoder = json::object();
@@ -214,8 +224,10 @@ TokenizerFiles build_tokenizer(const File& f, std::int64_t context_length) {
     // SentencePiece's unknown piece is a special added token in Hugging Face's files too.
     if (types[i] != 3 && types[i] != 4 && !(spm && types[i] == 2)) continue;
     const bool special = types[i] != 4;
-    json t = {{"id", i},         {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
-              {"rstrip", false}, {"normalized", false},  {"special", special}};
+    const bool rstrip =
+        phi3 && tokens[i] != "<unk>" && tokens[i] != "<s>" && tokens[i] != "<|endoftext|>";
+    json t = {{"id", i},          {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
+              {"rstrip", rstrip}, {"normalized", false},  {"special", special}};
     added.push_back(t);
     json d = t;
     d.erase("id");

@@ -35,11 +35,14 @@ TEXTS = CORPUS + [
 ]
 
 
-def write_spm_gguf(path, tokens, scores, types, add_space_prefix=None, add_bos=None, bos=1, eos=2, unk=0):
+def write_spm_gguf(path, tokens, scores, types, add_space_prefix=None, add_bos=None, bos=1, eos=2, unk=0,
+                   name=None):
     """A one-layer llama with this vocabulary; the tokenizer keys as llama.cpp writes them."""
     rng = np.random.default_rng(3)
     h, n = 32, len(tokens)
     w = gguf.GGUFWriter(str(path), "llama")
+    if name:
+        w.add_name(name)
     for k, v in (("block_count", 1), ("context_length", 128), ("embedding_length", h),
                  ("feed_forward_length", 32), ("attention.head_count", 2), ("attention.head_count_kv", 1)):
         w.add_uint32(f"llama.{k}", v)
@@ -185,19 +188,19 @@ def published_vocab(folder):
 @pytest.mark.parametrize("folder", ["phi-3-mini", "mistral-7b-v0.3-metaspace"])
 def test_published_tokenizer_ids_equal_hf(tmp_path, folder):
     j, tokens, scores, types = published_vocab(folder)
-    out = convert(write_spm_gguf(tmp_path / "p.gguf", tokens, scores, types, add_bos=True), tmp_path / "out")
+    name = {"phi-3-mini": "Phi-3-mini-4k-instruct", "mistral-7b-v0.3-metaspace": "Mistral-7B-v0.3"}[folder]
+    add_bos = json.loads((FIXTURES / "tokenizers" / folder / "tokenizer_config.json").read_text()).get("add_bos_token", True)
+    out = convert(write_spm_gguf(tmp_path / "p.gguf", tokens, scores, types, add_bos=add_bos, name=name),
+                  tmp_path / "out")
     ref = tokenizers.Tokenizer.from_file(str(FIXTURES / "tokenizers" / folder / "tokenizer.json"))
     texts = TEXTS
-    if j["pre_tokenizer"] and j["pre_tokenizer"].get("prepend_scheme") == "first":
-        # Metaspace "first" adds the space only at the very start; llama.cpp (and the Llama 2
-        # layout we write) also add it after each special token: texts without special tokens.
+    if folder == "mistral-7b-v0.3-metaspace":
+        # Its Metaspace(prepend_scheme "first") adds no U+2581 where the text already starts with
+        # a space, and none after a special token; SentencePiece and llama.cpp do, and so do we
+        # (the trained-model test above holds us to sentencepiece): those texts are left out.
         specials = [t for t, ty in zip(tokens, types) if ty in (3, 4)]
-        texts = [t for t in TEXTS if not any(s in t for s in specials)]
+        texts = [t for t in TEXTS if not t[:1].isspace() and not any(s in t for s in specials)]
         assert len(texts) > 30
-    if folder == "phi-3-mini":
-        # Phi-3 marks </s> as a non-special added token with rstrip; SentencePiece (and so
-        # llama.cpp's GGUF) has it as a control piece: texts without a literal </s>.
-        texts = [t for t in texts if "</s>" not in t]
     check_ids(out, lambda text: ref.encode(text, add_special_tokens=False).ids, texts)
     assert tokenizers.Tokenizer.from_file(str(out / "tokenizer.json")).encode("Hi", add_special_tokens=True).ids == \
         ref.encode("Hi", add_special_tokens=True).ids
