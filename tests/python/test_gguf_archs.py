@@ -202,8 +202,8 @@ def test_qwen3_moe_quantized_experts(tmp_path):
     assert r.returncode == 0, r.stderr
     check_exact(g, out, arch="qwen3moe")
     ours = mx.load(str(out / "model.safetensors"))
-    assert ours["model.layers.1.mlp.switch_mlp.down_proj.weight"].shape == [8, 64, 64 // 4]
-    assert ours["model.layers.1.mlp.switch_mlp.down_proj.scales"].shape == [8, 64, 2]
+    assert ours["model.layers.1.mlp.switch_mlp.down_proj.weight"].shape == (8, 64, 64 // 4)
+    assert ours["model.layers.1.mlp.switch_mlp.down_proj.scales"].shape == (8, 64, 2)
     assert "model.layers.0.mlp.gate.scales" not in ours  # the router stays F32 as llama.cpp wrote it
     r = run("generate", out, "-p", "the", "-n", "4", "--ignore-eos", "-q")
     assert r.returncode == 0, r.stderr
