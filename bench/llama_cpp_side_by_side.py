@@ -6,7 +6,9 @@ usage: bench/llama_cpp_side_by_side.py --gguf FILE.gguf --mlx-dir DIR [-p 128] [
 
 llama.cpp runs through llama-cpp-python (a bench tool, not a test dependency: install it into
 its own venv, e.g. `python3 -m venv /work/venv-llama && CMAKE_ARGS="-DGGML_NATIVE=ON"
-/work/venv-llama/bin/pip install llama-cpp-python`, and run this script with that python) on
+/work/venv-llama/bin/pip install llama-cpp-python`, and run this script with that python; its
+ctypes package also runs from an unpacked sdist with LLAMA_CPP_LIB_PATH naming the folder of
+libllama.so / libggml*.so, see docs/performance/cpu.md) on
 the original GGUF; mlxcel runs `mlxcel bench` on the folder `mlxcel convert --from-gguf` made
 from the same file (scripts/smollm2.sh). Both: the same number of random prompt tokens, greedy
 decoding with EOS ignored, `-t` threads for prefill and decode, one warm-up pass, then the
@@ -31,16 +33,21 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def last_logits(llm):
+    """The last evaluated token's logits (llama.cpp keeps only that row unless logits_all)."""
+    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+
+
 def llama_cpp_run(llm, prompt, n_gen):
     """One pass: prefill `prompt`, then n_gen greedy tokens; returns (pp tok/s, tg tok/s)."""
     llm.reset()
     t0 = time.perf_counter()
     llm.eval(prompt)
     t1 = time.perf_counter()
-    tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    tok = int(np.argmax(last_logits(llm)))
     for _ in range(n_gen - 1):
         llm.eval([tok])
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = int(np.argmax(last_logits(llm)))
     t2 = time.perf_counter()
     return len(prompt) / (t1 - t0), (n_gen - 1) / (t2 - t1)
 
