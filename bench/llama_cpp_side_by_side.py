@@ -2,7 +2,7 @@
 """mlxcel vs llama.cpp on the same model and the same cores: prefill (pp) and decode (tg) tok/s.
 
 usage: bench/llama_cpp_side_by_side.py --gguf FILE.gguf --mlx-dir DIR [-p 128] [-n 64] [-r 5]
-                                       [-t 2] [--mlxcel build/cpu/bin/mlxcel] [--csv OUT.csv]
+                                       [-t 1,2] [--mlxcel build/cpu/bin/mlxcel] [--csv OUT.csv]
 
 llama.cpp runs through llama-cpp-python (a bench tool, not a test dependency: install it into
 its own venv, e.g. `python3 -m venv /work/venv-llama && CMAKE_ARGS="-DGGML_NATIVE=ON"
@@ -13,8 +13,13 @@ the original GGUF; mlxcel runs `mlxcel bench` on the folder `mlxcel convert --fr
 from the same file (scripts/smollm2.sh). Both: the same number of random prompt tokens, greedy
 decoding with EOS ignored, `-t` threads for prefill and decode, one warm-up pass, then the
 engines alternate run by run (so load from other processes falls on both alike) and the table
-shows medians (min-max) over the repeats. Decode tok/s counts the tokens after the first (the
+shows medians (min-max) over the repeats, for each thread count of `-t`. Decode tok/s counts the tokens after the first (the
 first comes from the prefill's logits), as `mlxcel bench` does.
+
+On a machine shared with other work, llama.cpp's OpenMP threads spin at every barrier and a
+descheduled thread stalls the others: with 2 threads on 2 busy cores it decoded ~10x slower than
+with 1. Set OMP_WAIT_POLICY=PASSIVE (read when the library loads) to measure it the way
+mlxcel's pool behaves (workers sleep), and compare 1 thread too.
 
 This is a benchmark: it prints numbers and never fails on them.
 """
@@ -74,7 +79,7 @@ def main():
     ap.add_argument("-p", "--n-prompt", type=int, default=128)
     ap.add_argument("-n", "--n-gen", type=int, default=64)
     ap.add_argument("-r", "--repeats", type=int, default=5)
-    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-t", "--threads", default="1,2", help="thread counts, comma-separated (default 1,2)")
     ap.add_argument("--mlxcel", default=str(ROOT / "build" / "cpu" / "bin" / "mlxcel"))
     ap.add_argument("--csv", help="append one row per engine and test")
     args = ap.parse_args()
@@ -83,7 +88,12 @@ def main():
     except ImportError:
         sys.exit("llama_cpp_side_by_side: llama-cpp-python is not installed in this python "
                  f"({sys.executable}); see the usage above")
-    pp, tg, th = args.n_prompt, args.n_gen, args.threads
+    pp, tg = args.n_prompt, args.n_gen
+    for th in [int(x) for x in str(args.threads).split(",")]:
+        run_threads(args, llama_cpp, pp, tg, th)
+
+
+def run_threads(args, llama_cpp, pp, tg, th):
     llm = llama_cpp.Llama(model_path=args.gguf, n_ctx=pp + tg + 16, n_batch=max(pp, 32), n_ubatch=max(pp, 32),
                           n_threads=th, n_threads_batch=th, verbose=False)
     vocab = llm.n_vocab()
@@ -98,29 +108,30 @@ def main():
         a, b = llama_cpp_run(llm, prompt, tg)
         res["llama.cpp"][0].append(a)
         res["llama.cpp"][1].append(b)
-        print(f"repeat {r + 1}/{args.repeats}: mlxcel pp {res['mlxcel'][0][-1]:.1f} tg {res['mlxcel'][1][-1]:.1f}"
-              f" | llama.cpp pp {a:.1f} tg {b:.1f}", file=sys.stderr, flush=True)
+        print(f"{th} threads, repeat {r + 1}/{args.repeats}: mlxcel pp {res['mlxcel'][0][-1]:.1f} "
+              f"tg {res['mlxcel'][1][-1]:.1f} | llama.cpp pp {a:.1f} tg {b:.1f}", file=sys.stderr, flush=True)
     load = os.getloadavg()[0]
-    print(f"model: {args.gguf} vs {args.mlx_dir}; {th} threads; median (min-max) of {args.repeats} "
-          f"alternating runs; load average {load:.1f}")
+    omp = os.environ.get("OMP_WAIT_POLICY", "default")
+    print(f"\nmodel: {args.gguf} vs {args.mlx_dir}; {th} threads; median (min-max) of {args.repeats} "
+          f"alternating runs; load average {load:.1f}; OMP_WAIT_POLICY {omp}")
     print(f"llama-cpp-python {llama_cpp.__version__}; mlxcel {commit}")
-    print(f"| engine | pp{pp} tok/s | tg{tg} tok/s |\n|---|---|---|")
+    print(f"| engine | threads | pp{pp} tok/s | tg{tg} tok/s |\n|---|---|---|---|")
     for eng, (p, t) in res.items():
-        print(f"| {eng} | {summary(p)} | {summary(t)} |")
+        print(f"| {eng} | {th} | {summary(p)} | {summary(t)} |")
     ratio = statistics.median(res["mlxcel"][1]) / statistics.median(res["llama.cpp"][1])
-    print(f"decode: mlxcel / llama.cpp = {ratio:.2f}")
+    print(f"decode: mlxcel / llama.cpp = {ratio:.2f}", flush=True)
     if args.csv:
         new = not Path(args.csv).exists()
         with open(args.csv, "a", newline="") as f:
             w = csv.writer(f)
             if new:
-                w.writerow(["engine", "version", "model", "threads", "test", "tok_s_median", "tok_s_min",
-                            "tok_s_max", "repeats", "load_avg"])
+                w.writerow(["engine", "version", "model", "threads", "omp_wait_policy", "test", "tok_s_median",
+                            "tok_s_min", "tok_s_max", "repeats", "load_avg"])
             for eng, (p, t) in res.items():
                 ver = llama_cpp.__version__ if eng == "llama.cpp" else commit
                 model = args.gguf if eng == "llama.cpp" else args.mlx_dir
                 for name, v in ((f"pp{pp}", p), (f"tg{tg}", t)):
-                    w.writerow([eng, ver, model, th, name, f"{statistics.median(v):.2f}", f"{min(v):.2f}",
+                    w.writerow([eng, ver, model, th, omp, name, f"{statistics.median(v):.2f}", f"{min(v):.2f}",
                                 f"{max(v):.2f}", args.repeats, f"{load:.1f}"])
 
 
