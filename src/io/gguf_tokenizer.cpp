@@ -77,6 +77,8 @@ const std::vector<PreType>& pre_types() {
 // lowest-ranked pair then merges the highest-scoring piece first, as SentencePiece (and
 // llama.cpp's SPM tokenizer) do. Control and user-defined tokens are matched as added tokens and
 // take no part in merges.
+constexpr std::size_t kMaxSplitBytes = 1024;
+
 json spm_merges(const std::string& file, const std::vector<std::string>& tokens,
                 const std::vector<double>& scores, const std::vector<std::int64_t>& types) {
   auto mergeable = [&](std::size_t i) { return types.empty() || (types[i] != 3 && types[i] != 4); };
@@ -93,6 +95,10 @@ json spm_merges(const std::string& file, const std::vector<std::string>& tokens,
   for (const std::size_t i : order) {
     if (!mergeable(i)) continue;
     const std::string& t = tokens[i];
+    // Splitting costs O(length^2); real SentencePiece pieces are short (16 characters by default,
+    // Gemma's longest ~100 bytes), so a longer one is taken as unreachable by merges, as it would
+    // be for any piece with no split.
+    if (t.size() > kMaxSplitBytes) continue;
     local.clear();
     for (std::size_t k = 1; k < t.size(); ++k) {
       if ((static_cast<unsigned char>(t[k]) & 0xC0) == 0x80) continue;  // inside a character
