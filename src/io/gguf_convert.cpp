@@ -629,6 +629,7 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       out.emplace_back(full, o);
       tr.mapping = copy ? "copy" : shift != 0.0f ? "cast, minus 1" : "cast";
       ++rep.dense;
+      if (shift != 0.0f) ++rep.shifted;
     } else {
       throw_error(
           ErrorCategory::kUnsupported,
@@ -769,6 +770,7 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
                                      {"requantized", rep.requantized},
                                      {"max_requantization_error", rep.max_requant_error},
                                      {"dense", rep.dense},
+                                     {"norms_minus_1", rep.shifted},
                                      {"tensors", tensors}});
   return rep;
 }

@@ -174,6 +174,8 @@ def test_family_round_trips_bit_exact(tmp_path, family):
         got = np.array(ours[name])
         assert got.dtype == want.dtype and np.array_equal(got.view(np.uint32), want.view(np.uint32)), name
     if family == "gemma3_text":
+        n_norms = sum(name.endswith("norm.weight") for name in orig)
+        assert f"{n_norms} Gemma norm weights stored by llama.cpp as 1 + w" in r.stderr, r.stderr
         assert not np.array_equal(np.array(ours["model.norm.weight"]), np.array(orig["model.norm.weight"]))
         model.update({"model": {"norm": {"weight": ours["model.norm.weight"]}}})
 
