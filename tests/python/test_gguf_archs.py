@@ -79,7 +79,7 @@ def llamacpp_permute(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_llamacpp_gguf(path, model, cfg, family, qtype=None):
+def write_llamacpp_gguf(path, model, cfg, family, qtype=None, extra=None):
     """What convert_hf_to_gguf.py writes for this family (metadata keys, tensor names and the
     transformations its model classes apply); matrices as F32 or `qtype`, vectors as F32."""
     from mlx.utils import tree_flatten
@@ -111,6 +111,8 @@ def write_llamacpp_gguf(path, model, cfg, family, qtype=None):
         w.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(scale) / np.log(cfg["original_max_position_embeddings"]))))
         for kind in ("long", "short"):
             w.add_tensor(f"rope_factors_{kind}.weight", np.array(cfg["rope_scaling"][f"{kind}_factor"], np.float32))
+    if extra:
+        extra(w)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(TOKENS)
@@ -209,6 +211,22 @@ def test_qwen3_moe_quantized_experts(tmp_path):
     assert "model.layers.0.mlp.gate.scales" not in ours  # the router stays F32 as llama.cpp wrote it
     r = run("generate", out, "-p", "the", "-n", "4", "--ignore-eos", "-q")
     assert r.returncode == 0, r.stderr
+
+
+def test_gemma3_sliding_window_pattern_key(tmp_path):
+    """Newer llama.cpp files may carry the pattern: a period, or one bool per layer (true =
+    sliding), which must be periodic to be expressible as gemma3_text's sliding_window_pattern."""
+    model, cfg = build("gemma3_text")
+    cases = [(3, 3), ([True, False] * 3, 2), ([True] * 5 + [False], 6), ([True, False, False, True, True, False], None)]
+    for i, (value, want) in enumerate(cases):
+        g = write_llamacpp_gguf(tmp_path / f"g{i}.gguf", model, cfg, "gemma3_text",
+                                extra=lambda w, v=value: w.add_sliding_window_pattern(v))
+        r = run("convert", "--from-gguf", g, tmp_path / f"o{i}")
+        if want is None:
+            assert r.returncode == 3 and "not periodic" in r.stderr, r.stderr
+        else:
+            assert r.returncode == 0, r.stderr
+            assert json.loads((tmp_path / f"o{i}" / "config.json").read_text())["sliding_window_pattern"] == want
 
 
 def test_gemma3_soft_capping_is_refused(tmp_path):
