@@ -466,4 +466,16 @@ std::vector<std::int64_t> File::get_int_array_or_empty(const std::string& key) c
   return out;
 }
 
+std::vector<double> File::get_float_array_or_empty(const std::string& key) const {
+  const Value* v = find(key);
+  if (!v) return {};
+  if (v->type != ValueType::kArray ||
+      (v->array_type != ValueType::kF32 && v->array_type != ValueType::kF64))
+    bad(path_, "metadata " + key + " must be an array of floats");
+  std::vector<double> out;
+  out.reserve(v->items.size());
+  for (const auto& e : v->items) out.push_back(e.f);
+  return out;
+}
+
 }  // namespace mlxcel::gguf

@@ -131,6 +131,7 @@ class File {
   bool get_bool_or(const std::string& key, bool fallback) const;
   std::vector<std::string> get_string_array(const std::string& key) const;  // required
   std::vector<std::int64_t> get_int_array_or_empty(const std::string& key) const;
+  std::vector<double> get_float_array_or_empty(const std::string& key) const;  // f32/f64 items
 
  private:
   File() = default;

@@ -32,20 +32,62 @@ struct Arch {
   const char* gguf_name;
   const char* model_type;
   const char* hf_class;
-  bool permute_qk;  // llama.cpp's LlamaModel.permute was applied to q/k rows
+  bool permute_qk;   // llama.cpp's LlamaModel.permute was applied to q/k rows
+  float norm_shift;  // llama.cpp stored (norm_shift + w) for every *norm.weight (Gemma: 1)
+  // GGUF block tensor suffixes that mean something else in this family (overrides of
+  // common_block_names()), and the ones every layer must have.
+  std::vector<std::pair<std::string, std::string>> names;
+  std::vector<const char*> required;
 };
+
+const std::vector<const char*> kDenseRequired = {"attn_q",      "attn_k",    "attn_v",
+                                                 "attn_output", "attn_norm", "ffn_norm",
+                                                 "ffn_gate",    "ffn_up",    "ffn_down"};
 
 const std::vector<Arch>& archs() {
   static const std::vector<Arch> kArchs = {
-      {"llama", "llama", "LlamaForCausalLM", true},
-      {"qwen2", "qwen2", "Qwen2ForCausalLM", false},
-      {"qwen3", "qwen3", "Qwen3ForCausalLM", false},
+      // llama.cpp writes Mistral (MistralForCausalLM) as "llama" too.
+      {"llama", "llama", "LlamaForCausalLM", true, 0.0f, {}, kDenseRequired},
+      {"qwen2", "qwen2", "Qwen2ForCausalLM", false, 0.0f, {}, kDenseRequired},
+      {"qwen3", "qwen3", "Qwen3ForCausalLM", false, 0.0f, {}, kDenseRequired},
+      // Experts are stacked 3-D tensors [n_expert, out, in] in both formats; mlx-lm's
+      // qwen3_moe sanitize stacks Hugging Face's per-expert tensors into switch_mlp.* likewise.
+      {"qwen3moe",
+       "qwen3_moe",
+       "Qwen3MoeForCausalLM",
+       false,
+       0.0f,
+       {{"ffn_gate_inp", "mlp.gate"},
+        {"ffn_gate_exps", "mlp.switch_mlp.gate_proj"},
+        {"ffn_up_exps", "mlp.switch_mlp.up_proj"},
+        {"ffn_down_exps", "mlp.switch_mlp.down_proj"}},
+       {"attn_q", "attn_k", "attn_v", "attn_output", "attn_norm", "ffn_norm", "attn_q_norm",
+        "attn_k_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}},
+      // Gemma 3 has four norms per layer; llama.cpp calls the pre-FFN one ffn_norm.
+      {"gemma3",
+       "gemma3_text",
+       "Gemma3ForCausalLM",
+       false,
+       1.0f,
+       {{"ffn_norm", "pre_feedforward_layernorm"},
+        {"post_attention_norm", "post_attention_layernorm"},
+        {"post_ffw_norm", "post_feedforward_layernorm"}},
+       {"attn_q", "attn_k", "attn_v", "attn_output", "attn_norm", "post_attention_norm", "ffn_norm",
+        "post_ffw_norm", "attn_q_norm", "attn_k_norm", "ffn_gate", "ffn_up", "ffn_down"}},
+      // Phi-3 keeps q/k/v and gate/up fused in both formats (ffn_up is gate_up_proj).
+      {"phi3",
+       "phi3",
+       "Phi3ForCausalLM",
+       false,
+       0.0f,
+       {{"attn_qkv", "self_attn.qkv_proj"}, {"ffn_up", "mlp.gate_up_proj"}},
+       {"attn_qkv", "attn_output", "attn_norm", "ffn_norm", "ffn_up", "ffn_down"}},
   };
   return kArchs;
 }
 
-// GGUF block tensor suffix -> MLX module path inside model.layers.N.
-const std::map<std::string, std::string>& block_names() {
+// GGUF block tensor suffix -> MLX module path inside model.layers.N, for the llama layout.
+const std::map<std::string, std::string>& common_block_names() {
   static const std::map<std::string, std::string> kNames = {
       {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
       {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
@@ -57,9 +99,17 @@ const std::map<std::string, std::string>& block_names() {
   return kNames;
 }
 
+const std::string* block_name(const Arch& arch, const std::string& part) {
+  for (const auto& [g, m] : arch.names)
+    if (g == part) return &m;
+  auto it = common_block_names().find(part);
+  return it == common_block_names().end() ? nullptr : &it->second;
+}
+
 // Returns the MLX module path ("model.layers.3.mlp.up_proj") and the parameter ("weight"/"bias"),
 // or throws naming the tensor.
-std::pair<std::string, std::string> mlx_name(const std::string& file, const std::string& name) {
+std::pair<std::string, std::string> mlx_name(const std::string& file, const Arch& arch,
+                                             const std::string& name) {
   const auto dot = name.rfind('.');
   const std::string param = dot == std::string::npos ? "" : name.substr(dot + 1);
   const std::string base = dot == std::string::npos ? name : name.substr(0, dot);
@@ -77,16 +127,16 @@ std::pair<std::string, std::string> mlx_name(const std::string& file, const std:
       const bool digits = !layer.empty() && std::all_of(layer.begin(), layer.end(), [](char c) {
         return c >= '0' && c <= '9';
       });
-      auto it = block_names().find(part);
-      if (digits && it != block_names().end())
-        return {"model.layers." + layer + "." + it->second, param};
+      const std::string* m = block_name(arch, part);
+      if (digits && m) return {"model.layers." + layer + "." + *m, param};
     }
   }
   if (base == "rope_freqs")
     throw_error(ErrorCategory::kUnsupported,
                 file + ": tensor rope_freqs (Llama 3 RoPE scaling) is not supported yet");
-  throw_error(ErrorCategory::kUnsupported,
-              file + ": tensor " + name + " has no MLX counterpart in this converter");
+  throw_error(ErrorCategory::kUnsupported, file + ": tensor " + name +
+                                               " has no MLX counterpart in this converter (" +
+                                               arch.gguf_name + ")");
 }
 
 float half_at(const std::uint8_t* p) {
@@ -307,6 +357,33 @@ double metadata_number(const File& f, const std::string& key, double fallback) {
   return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
 }
 
+// Gemma 3's sliding-window period: `<arch>.attention.sliding_window_pattern` as a period, or as
+// llama.cpp's per-layer array (true = sliding), which must then be periodic with the last layer
+// of each period global; absent, llama.cpp's fixed 6.
+std::int64_t sliding_pattern(const File& f, const std::string& p, std::int64_t n_layers) {
+  const std::string key = p + "attention.sliding_window_pattern";
+  const Value* v = f.find(key);
+  if (!v) return 6;
+  if (v->type != ValueType::kArray) {
+    const std::int64_t n = static_cast<std::int64_t>(f.get_uint(key));
+    if (n <= 0) throw_error(ErrorCategory::kBadInput, f.path() + ": " + key + " is 0");
+    return n;
+  }
+  if (v->array_type != ValueType::kBool || static_cast<std::int64_t>(v->items.size()) != n_layers)
+    throw_error(ErrorCategory::kBadInput,
+                f.path() + ": " + key + " must be an integer or one bool per layer");
+  std::int64_t period = 0;
+  while (period < n_layers && v->items[static_cast<std::size_t>(period)].u != 0) ++period;
+  ++period;
+  for (std::int64_t l = 0; l < n_layers; ++l)
+    if ((v->items[static_cast<std::size_t>(l)].u != 0) != ((l + 1) % period != 0))
+      throw_error(
+          ErrorCategory::kUnsupported,
+          f.path() + ": " + key +
+              " is not periodic (every Nth layer global), which gemma3_text cannot express");
+  return period;
+}
+
 std::string dtype_config_name(DType t) {
   return t == DType::kBF16 ? "bfloat16" : t == DType::kF32 ? "float32" : "float16";
 }
@@ -341,7 +418,13 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
   // Hyperparameters (llama.cpp's LLM_KV names).
   const std::int64_t n_layers = static_cast<std::int64_t>(f->get_uint(p + "block_count"));
   const std::int64_t hidden = static_cast<std::int64_t>(f->get_uint(p + "embedding_length"));
-  const std::int64_t ff = static_cast<std::int64_t>(f->get_uint(p + "feed_forward_length"));
+  const bool moe = std::string(arch->model_type) == "qwen3_moe";
+  const std::int64_t expert_ff =
+      moe ? static_cast<std::int64_t>(f->get_uint(p + "expert_feed_forward_length")) : 0;
+  // A Qwen3-MoE GGUF may leave out the dense width (no dense layer uses it).
+  const std::int64_t ff = static_cast<std::int64_t>(
+      moe ? f->get_uint_or(p + "feed_forward_length", static_cast<std::uint64_t>(expert_ff))
+          : f->get_uint(p + "feed_forward_length"));
   const std::int64_t n_heads = static_cast<std::int64_t>(f->get_uint(p + "attention.head_count"));
   const std::int64_t n_kv =
       static_cast<std::int64_t>(f->get_uint_or(p + "attention.head_count_kv", n_heads));
@@ -359,6 +442,11 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
   if (const Value* rs = f->find(p + "rope.scaling.type"); rs && rs->s != "none")
     throw_error(ErrorCategory::kUnsupported, path + ": RoPE scaling \"" + rs->s + "\" (" + p +
                                                  "rope.scaling.type) is not supported yet");
+  // Neither mlx-lm's gemma3_text nor ours caps logits (Gemma 3 checkpoints have no cap).
+  for (const char* k : {"final_logit_softcapping", "attn_logit_softcapping"})
+    if (f->find(p + k))
+      throw_error(ErrorCategory::kUnsupported,
+                  path + ": " + p + k + " (logit soft-capping) is not supported");
 
   TokenizerFiles tok = build_tokenizer(*f, ctx);
   const std::int64_t n_tokens =
@@ -385,8 +473,23 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
   std::map<std::string, int> module_bits;  // quantized module path -> bits
   const DType dt = opt.dtype;
 
+  // Phi-3 LongRoPE: llama.cpp stores the per-dimension factors as two F32 tensors; in an MLX
+  // folder they are config.json's rope_scaling lists.
+  std::vector<double> rope_long, rope_short;
   for (const TensorInfo& t : f->tensors()) {
-    auto [module, param] = mlx_name(path, t.name);
+    if (t.name != "rope_factors_long.weight" && t.name != "rope_factors_short.weight") continue;
+    if (std::string(arch->model_type) != "phi3" || t.type != TensorType::kF32 || t.dims.size() != 1)
+      throw_error(ErrorCategory::kUnsupported,
+                  path + ": tensor " + t.name + " (" + tensor_type_name(t.type) +
+                      ") is supported only as Phi-3's F32 LongRoPE factors");
+    auto& dst = t.name == "rope_factors_long.weight" ? rope_long : rope_short;
+    for (std::uint64_t i = 0; i < t.n_elements; ++i)
+      dst.push_back(static_cast<double>(dense_at(TensorType::kF32, f->data(t), i)));
+  }
+
+  for (const TensorInfo& t : f->tensors()) {
+    if (t.name == "rope_factors_long.weight" || t.name == "rope_factors_short.weight") continue;
+    auto [module, param] = mlx_name(path, *arch, t.name);
     const std::string full = module + "." + param;
     const bool is_q = module.size() > 7 && module.compare(module.size() - 7, 7, ".q_proj") == 0;
     const bool is_k = module.size() > 7 && module.compare(module.size() - 7, 7, ".k_proj") == 0;
@@ -505,9 +608,12 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       Tensor o = Tensor::empty(dt, shape);
       auto* op = static_cast<std::uint8_t*>(o.raw());
       const std::uint8_t* src = f->data(t);
-      const bool copy = (t.type == TensorType::kF16 && dt == DType::kF16) ||
-                        (t.type == TensorType::kBF16 && dt == DType::kBF16) ||
-                        (t.type == TensorType::kF32 && dt == DType::kF32);
+      // Gemma: llama.cpp stored 1 + w (Gemma's RMSNorm scales by 1 + w); MLX stores w.
+      const bool is_norm = module.size() >= 4 && module.compare(module.size() - 4, 4, "norm") == 0;
+      const float shift = is_norm && param == "weight" ? arch->norm_shift : 0.0f;
+      const bool copy = shift == 0.0f && ((t.type == TensorType::kF16 && dt == DType::kF16) ||
+                                          (t.type == TensorType::kBF16 && dt == DType::kBF16) ||
+                                          (t.type == TensorType::kF32 && dt == DType::kF32));
       const std::int64_t es = static_cast<std::int64_t>(dtype_size(dt));
       for (std::int64_t r = 0; r < n_rows; ++r) {
         const std::int64_t sr = src_row(r);
@@ -516,13 +622,14 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
                       static_cast<std::size_t>(row_len * es));
         } else {
           for (std::int64_t c = 0; c < row_len; ++c)
-            store(dt, dense_at(t.type, src, static_cast<std::uint64_t>(sr * row_len + c)),
+            store(dt, dense_at(t.type, src, static_cast<std::uint64_t>(sr * row_len + c)) - shift,
                   op + (r * row_len + c) * es);
         }
       }
       out.emplace_back(full, o);
-      tr.mapping = copy ? "copy" : "cast";
+      tr.mapping = copy ? "copy" : shift != 0.0f ? "cast, minus 1" : "cast";
       ++rep.dense;
+      if (shift != 0.0f) ++rep.shifted;
     } else {
       throw_error(
           ErrorCategory::kUnsupported,
@@ -534,8 +641,7 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
     rep.tensors.push_back(tr);
   }
   for (std::int64_t l = 0; l < n_layers; ++l)
-    for (const char* need :
-         {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_down", "attn_norm", "ffn_norm"})
+    for (const char* need : arch->required)
       if (!f->find_tensor("blk." + std::to_string(l) + "." + need + ".weight"))
         throw_error(ErrorCategory::kBadInput,
                     path + ": tensor blk." + std::to_string(l) + "." + need + ".weight is missing");
@@ -555,8 +661,57 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
       {"rope_theta", metadata_number(*f, p + "rope.freq_base", 10000.0)},
       {"vocab_size", vocab},  // the embedding's rows: may be padded past the tokenizer's
       {"tie_word_embeddings", tied},
-      {"torch_dtype", dtype_config_name(dt)},
-      {"hidden_act", "silu"}};
+      {"torch_dtype", dtype_config_name(dt)}};
+  const std::string mt = arch->model_type;
+  if (mt == "gemma3_text") {
+    // llama.cpp hard-codes what Gemma 3 checkpoints share: every 6th layer global, local RoPE
+    // base 10000, attention scaled by head_dim^-0.5 (hidden/heads for the 62-layer 27B).
+    config["hidden_activation"] = "gelu_pytorch_tanh";
+    config["query_pre_attn_scalar"] = n_layers == 62 ? hidden / n_heads : head_dim;
+    config["rope_local_base_freq"] = 10000.0;
+    const std::int64_t window =
+        static_cast<std::int64_t>(f->get_uint_or(p + "attention.sliding_window", 0));
+    config["sliding_window"] = window > 0 ? window : (ctx > 0 ? ctx : 131072);
+    config["sliding_window_pattern"] = window > 0 ? sliding_pattern(*f, p, n_layers) : 1;
+    config["rope_scaling"] = nullptr;
+  } else {
+    config["hidden_act"] = "silu";
+  }
+  if (moe) {
+    // llama.cpp's qwen3moe graph renormalizes the top-k weights and makes every layer sparse.
+    config["num_experts"] = f->get_uint(p + "expert_count");
+    config["num_experts_per_tok"] = f->get_uint(p + "expert_used_count");
+    config["moe_intermediate_size"] = expert_ff;
+    config["decoder_sparse_step"] = 1;
+    config["mlp_only_layers"] = json::array();
+    config["norm_topk_prob"] = f->get_bool_or(p + "expert_weights_norm", true);
+    // ggml's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax (Qwen3-MoE's), 2 sigmoid.
+    if (const std::uint64_t g = f->get_uint_or(p + "expert_gating_func", 1); g != 1)
+      throw_error(ErrorCategory::kUnsupported,
+                  path + ": " + p + "expert_gating_func " + std::to_string(g) +
+                      " is not supported (qwen3_moe routes with a softmax, 1)");
+  }
+  if (mt == "phi3") {
+    config.erase("head_dim");  // Phi-3 derives it from hidden_size / heads
+    const std::int64_t rot =
+        static_cast<std::int64_t>(f->get_uint_or(p + "rope.dimension_count", head_dim));
+    if (rot != head_dim) config["partial_rotary_factor"] = static_cast<double>(rot) / head_dim;
+    if (f->find(p + "attention.sliding_window"))
+      config["sliding_window"] = f->get_uint(p + "attention.sliding_window");
+    if (!rope_long.empty() || !rope_short.empty()) {
+      if (rope_long.size() != rope_short.size() ||
+          static_cast<std::int64_t>(rope_long.size()) * 2 != rot)
+        throw_error(ErrorCategory::kBadInput,
+                    path + ": rope_factors_long/short must both have rope.dimension_count/2 = " +
+                        std::to_string(rot / 2) + " entries");
+      config["rope_scaling"] = {
+          {"type", "longrope"}, {"long_factor", rope_long}, {"short_factor", rope_short}};
+      config["original_max_position_embeddings"] =
+          f->get_uint(p + "rope.scaling.original_context_length");
+    } else {
+      config["original_max_position_embeddings"] = ctx > 0 ? ctx : 4096;
+    }
+  }
   if (ctx > 0) config["max_position_embeddings"] = ctx;
   if (std::string(arch->model_type) == "llama") {
     config["attention_bias"] = f->find_tensor("blk.0.attn_q.bias") != nullptr;
@@ -615,6 +770,7 @@ ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_
                                      {"requantized", rep.requantized},
                                      {"max_requantization_error", rep.max_requant_error},
                                      {"dense", rep.dense},
+                                     {"norms_minus_1", rep.shifted},
                                      {"tensors", tensors}});
   return rep;
 }

@@ -15,7 +15,11 @@
 //   MLX's quantizer; the largest absolute error is reported.
 // - Other ggml types (Q2_K, Q3_K, IQ*, TQ*, MXFP4) are refused, naming the tensor and its type.
 // llama.cpp's converter permutes the q/k projection rows of llama-family models for its RoPE
-// layout; that permutation is undone here so the weights are in Hugging Face / MLX order.
+// layout; that permutation is undone here so the weights are in Hugging Face / MLX order. It
+// stores Gemma's norm weights as 1 + w (rounded in the checkpoint's dtype); 1 is subtracted in
+// fp32, which recovers w only where w + 1 was exact (docs/convert.md).
+// Families: llama (and Mistral, which llama.cpp writes as llama), qwen2, qwen3, qwen3moe,
+// gemma3 (-> gemma3_text), phi3; see archs() in gguf_convert.cpp.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -47,6 +51,7 @@ struct ConvertReport {
   std::size_t requantized = 0;  // Q6_K tensors, requantized to affine 8-bit
   double max_requant_error = 0;
   std::size_t dense = 0;
+  std::size_t shifted = 0;  // Gemma norms stored by llama.cpp as 1 + w, converted back to w
 };
 
 ConvertReport convert_gguf(const std::string& gguf_path, const std::string& out_dir,

@@ -112,14 +112,19 @@ def unpermute(w, n_head):
 
 
 def assert_same_bits(got, ref, name):
-    """Bit for bit, except that ggml's d*(q-8) is -0.0 where d < 0 and q = 8 while MLX's
-    scale*q + bias is +0.0 (x + -x rounds to +0): the values are equal, only the sign bit of a
-    zero differs."""
+    """Bit for bit, except one case, allowed in one direction only: where the value is zero, ggml's
+    d*(q-8) (Q4_0; q-16 for Q5_0, d*q for Q8_0) is -0.0 when d < 0 (or d = +0 and q < 8), while
+    MLX's scale*q + bias adds x and -x, which rounds to +0.0. So a differing bit pattern must be
+    our +0.0 against the reference's -0.0; any other difference, including our -0.0 against
+    +0.0, fails. Returns how many such zeros there were."""
     assert got.shape == ref.shape, name
-    same = got.view(np.uint32) == ref.view(np.uint32)
-    zeros = (got == 0) & (ref == 0)
-    bad = np.flatnonzero(~(same | zeros))
+    g = np.ascontiguousarray(got, dtype=np.float32).view(np.uint32)
+    r = np.ascontiguousarray(ref, dtype=np.float32).view(np.uint32)
+    differ = g != r
+    signed_zero = (g == 0x00000000) & (r == 0x80000000)
+    bad = np.flatnonzero(differ & ~signed_zero)
     assert bad.size == 0, f"{name}: {bad.size} values differ, first at {bad[0]}: {got.flat[bad[0]]!r} vs {ref.flat[bad[0]]!r}"
+    return int(np.count_nonzero(differ))
 
 
 def check_exact(gguf_path, out, arch="llama", dense_dtype=np.float16):
@@ -127,6 +132,7 @@ def check_exact(gguf_path, out, arch="llama", dense_dtype=np.float16):
     mx.set_default_device(mx.cpu)
     ours = mx.load(str(out / "model.safetensors"))
     report = {t["gguf_name"]: t for t in json.loads((out / "mlxcel_convert.json").read_text())["tensors"]}
+    signed_zeros = {}  # ggml type name -> values where only the sign of a zero differs
     for t in gguf.GGUFReader(str(gguf_path)).tensors:
         ref = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
         ref = ref.reshape([int(d) for d in reversed(t.shape.tolist())])
@@ -151,10 +157,12 @@ def check_exact(gguf_path, out, arch="llama", dense_dtype=np.float16):
                                          ours[e["mlx_name"] + ".biases"].astype(mx.float32), group_size=32,
                                          bits=e["bits"]))
             assert e["mapping"] == "exact affine", e
-            assert_same_bits(got, ref, t.name)
+            n = assert_same_bits(got, ref, t.name)
+            signed_zeros[e["gguf_type"]] = signed_zeros.get(e["gguf_type"], 0) + n
         else:
             got = np.array(ours[e["mlx_name"]].astype(mx.float32))
             assert np.array_equal(got, ref.astype(dense_dtype).astype(np.float32)), t.name
+    return signed_zeros
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0])
@@ -163,7 +171,13 @@ def test_exact_types_dequantize_like_gguf(tmp_path, qtype):
                                                             "blk.0.ffn_up.weight": T.F16})
     r = run("convert", "--from-gguf", g, tmp_path / "out")
     assert r.returncode == 0, r.stderr
-    check_exact(g, tmp_path / "out")
+    zeros = check_exact(g, tmp_path / "out")
+    # The sign-of-zero exception is real where ggml's quantizer writes d < 0 (Q4_0/Q5_0 take d
+    # from the signed extreme) and absent where the formulas agree (Q4_1/Q5_1: d*q + m) or d >= 0
+    # (Q8_0: d = amax/127).
+    name = {T.Q4_0: "Q4_0", T.Q4_1: "Q4_1", T.Q5_0: "Q5_0", T.Q5_1: "Q5_1", T.Q8_0: "Q8_0"}[qtype]
+    assert (zeros[name] > 0) == (qtype in (T.Q4_0, T.Q5_0)), zeros
+    assert zeros["Q8_0"] == 0, zeros
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     bits = {T.Q4_0: 4, T.Q4_1: 4, T.Q5_0: 5, T.Q5_1: 5, T.Q8_0: 8}[qtype]
     assert cfg["quantization"]["bits"] == bits

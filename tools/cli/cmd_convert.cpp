@@ -21,7 +21,8 @@ int cmd_convert(const std::vector<std::string>& args) {
       "Converts a GGUF file (llama.cpp) into an MLX model folder.\n"
       "Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 map exactly to MLX affine 4/5/8-bit, group size 32\n"
       "(Q4_K and Q5_K too with --dtype float32; Q6_K is requantized to 8-bit);\n"
-      "F32/F16/BF16 tensors are cast to --dtype. The vocabulary becomes tokenizer.json.");
+      "F32/F16/BF16 tensors are cast to --dtype. The vocabulary (byte-level BPE or SentencePiece)\n"
+      "becomes tokenizer.json. Families: llama/mistral, qwen2, qwen3, qwen3moe, gemma3, phi3.");
   CLI::App& app = *app_owner;
   app.add_option("--from-gguf", gguf, "the GGUF file to convert")->type_name("FILE")->required();
   app.add_option("out_dir", out, "folder to write (created if missing)")
@@ -44,6 +45,11 @@ int cmd_convert(const std::vector<std::string>& args) {
                "tensors; %.1f MiB written to %s in %.1f s\n",
                gguf.c_str(), rep.architecture.c_str(), rep.model_type.c_str(), rep.exact,
                rep.inexact, rep.dense, rep.bytes_written / 1048576.0, out.c_str(), s);
+  if (rep.shifted > 0)
+    std::fprintf(stderr,
+                 "%zu Gemma norm weights stored by llama.cpp as 1 + w were converted back to w "
+                 "(exact only where w + 1 was; see docs/convert.md)\n",
+                 rep.shifted);
   if (rep.requantized > 0)
     std::fprintf(stderr,
                  "requantized %zu Q6_K tensors to affine 8-bit: largest absolute error %.3g\n",
