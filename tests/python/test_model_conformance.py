@@ -29,14 +29,7 @@ NAMES = fixture_names()
 # Fixtures the engine does not reproduce bit for bit under --numerics mlx yet, with the finding
 # (strict xfail: the fix makes the test XPASS, which fails until the entry is removed). History:
 # the realistic shapes showed that rms_norm must multiply by fp32(1/n), as mx.mean does (fixed).
-XFAIL_MLX = {
-    # First differing tensor (scripts/layer_diff.py --numerics mlx): layer 1 "act", 1 of 128
-    # elements by 1 ulp. nn.gelu_approx computes x**3 as mx.power (glibc powf, rounded once);
-    # mlx_compat::gelu_approx multiplies x * x * x (rounded twice). In bf16 the rounding to T
-    # hides it; in f32 0.3 % of random inputs differ. std::pow(x, 3.0f) there makes both gemma3
-    # f32 twins (affine4, affine8) bit-identical and keeps gemma3_text-bf16/-affine4 identical.
-    "gemma3_text-affine8-f32": "mlx_compat::gelu_approx: x*x*x instead of powf(x, 3) (f32 only)",
-}
+XFAIL_MLX = {}  # gemma3 f32 twins once showed gelu_approx's x**3 must be powf (fixed)
 
 
 def with_marks(names, xfail):

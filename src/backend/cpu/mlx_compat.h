@@ -89,7 +89,7 @@ inline float silu(float x, DType t) { return round_to(t, x * sigmoid(x, t)); }
 // constants taking the array's dtype first.
 inline float gelu_approx(float x, DType t) {
   const float c = round_to(t, 0.7978845608028654f), k = round_to(t, 0.044715f);
-  const float x3 = round_to(t, x * x * x);
+  const float x3 = round_to(t, std::pow(x, 3.0f));  // mx.power: glibc powf, rounded once
   float u = round_to(t, x + round_to(t, k * x3));
   u = round_to(t, c * u);
   const float th = round_to(t, std::tanh(u));
