@@ -27,7 +27,7 @@ build fuzz_safetensors fuzz/fuzz_safetensors.cpp src/io/safetensors.cpp "${core[
 build fuzz_model_config fuzz/fuzz_model_config.cpp src/io/model_config.cpp src/quant/quant_params.cpp "${core[@]}"
 build fuzz_gguf fuzz/fuzz_gguf.cpp src/io/gguf.cpp src/io/gguf_tokenizer.cpp "${core[@]}"
 build fuzz_openai_request fuzz/fuzz_openai_request.cpp src/server/openai_protocol.cpp src/server/api_error.cpp \
-  src/runtime/sampler.cpp "${core[@]}"
+  src/runtime/sampler.cpp src/backend/cpu/sample.cpp "${core[@]}"
 build fuzz_tokenizer_json fuzz/fuzz_tokenizer_json.cpp "${tokenizer[@]}" "${core[@]}" -lpcre2-8 -lutf8proc
 build fuzz_chat_template fuzz/fuzz_chat_template.cpp "${tokenizer[@]}" "${core[@]}" -lpcre2-8 -lutf8proc
 [ "${1:-}" = "--build-only" ] && exit 0

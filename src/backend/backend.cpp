@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/sample.h"
 #include "backend/gpu/factory.h"
 #include "core/error.h"
 
@@ -128,13 +127,6 @@ void DeviceBuffer::reset() {
   owner_ = nullptr;
   data_ = nullptr;
   bytes_ = 0;
-}
-
-void sample_on_host(const float* logits, std::int64_t vocab, const SampleRow& row,
-                    const SampleProc* procs, const std::uint32_t* mask, SampleOut* out,
-                    float* processed) {
-  std::vector<float> work(static_cast<std::size_t>(vocab));
-  cpu::sample_row(logits, vocab, row, procs, mask, work.data(), out, processed);
 }
 
 MemoryStats Backend::memory_stats() const {

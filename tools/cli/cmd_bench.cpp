@@ -114,14 +114,15 @@ struct BenchObserver final : runtime::SequenceObserver {
   std::int64_t tokens = 0;
   std::string finish;
   std::optional<Error> error;
-  void on_prefill(std::int64_t, bool complete) override {
-    if (complete) {
+  // The prefill ends when its first token is on the host: a GPU's forward is asynchronous, and
+  // only the sampled token's copy back waits for it (the first measurement on the H200 stopped
+  // the clock at on_prefill and reported launch time as prefill time).
+  runtime::Verdict on_token(const runtime::SampleResult&, bool,
+                            const runtime::SequenceStats&) override {
+    if (!prefilled) {
       prefill_done = clock_type::now();
       prefilled = true;
     }
-  }
-  runtime::Verdict on_token(const runtime::SampleResult&, bool,
-                            const runtime::SequenceStats&) override {
     ++tokens;
     return runtime::Verdict::kContinue;
   }

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <vector>
 
+#include "backend/backend.h"
+
 namespace mlxcel::cpu {
 
 using namespace backend;
@@ -141,3 +143,14 @@ void sample_row(const float* logits, std::int64_t n, const SampleRow& p, const S
 }
 
 }  // namespace mlxcel::cpu
+
+namespace mlxcel::backend {
+
+void sample_on_host(const float* logits, std::int64_t vocab, const SampleRow& row,
+                    const SampleProc* procs, const std::uint32_t* mask, SampleOut* out,
+                    float* processed) {
+  std::vector<float> work(static_cast<std::size_t>(vocab));
+  cpu::sample_row(logits, vocab, row, procs, mask, work.data(), out, processed);
+}
+
+}  // namespace mlxcel::backend
