@@ -24,6 +24,17 @@ GpuBackend::GpuBackend(BackendKind kind, int device) : kind_(kind), device_(devi
   stream_ = std::make_unique<Stream>(device);
   const char* e = std::getenv("MLXCEL_GPU_SYNC_OPS");
   sync_ops_ = e && *e && std::string(e) != "0";
+  // MLXCEL_GPU_DISABLE=add_rms_norm,sample,...: the backend stops claiming these ops (diagnosis
+  // on hardware we cannot reach). A fused op with an unfused twin in src/ops (add_rms_norm) then
+  // runs as basic ops; any other disabled op makes the model refuse to load on this device.
+  if (const char* d = std::getenv("MLXCEL_GPU_DISABLE")) {
+    std::string list = std::string(",") + d + ",";
+    for (int i = 0; i < static_cast<int>(backend::Op::kCount); ++i) {
+      const auto op = static_cast<backend::Op>(i);
+      if (list.find(std::string(",") + backend::op_name(op) + ",") != std::string::npos)
+        disabled_[i] = true;
+    }
+  }
 }
 
 GpuBackend::~GpuBackend() {
@@ -34,6 +45,7 @@ GpuBackend::~GpuBackend() {
 }
 
 bool GpuBackend::supports(const OpSignature& sig) const {
+  if (sig.op < Op::kCount && disabled_[static_cast<int>(sig.op)]) return false;
   if (sig.act != DType::kF32 && sig.act != DType::kBF16 && sig.act != DType::kF16) return false;
   switch (sig.op) {
     case Op::kLinear:

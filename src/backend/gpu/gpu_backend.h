@@ -57,6 +57,7 @@ class GpuBackend final : public backend::Backend {
   std::unique_ptr<Stream> stream_;
   const char* last_op_ = "none";
   bool sync_ops_ = false;
+  bool disabled_[static_cast<int>(backend::Op::kCount)] = {};  // MLXCEL_GPU_DISABLE
   DeviceBuffer scratch_;
 };
 
