@@ -190,6 +190,32 @@ void Decoder::feed_forward(const DecoderLayer& L, int layer, Buffers& b) {
   e.emit("down", layer, b.tmp);
 }
 
+std::vector<ops::OpSignature> Decoder::required_ops() const {
+  const DType act = exec_.act();
+  const int hd = static_cast<int>(config_.head_dim);
+  std::vector<ops::OpSignature> out = {
+      embed.signature(ops::Op::kEmbed, act), ops::op_signature(ops::Op::kRmsNorm, act),
+      ops::op_signature(ops::Op::kAdd, act),  // add_rms_norm falls back to add + rms_norm
+      ops::op_signature(ops::Op::kRopeKvAppend, act, hd), ops::op_signature(ops::Op::kAttention, act, hd),
+      ops::op_signature(ops::Op::kGatherRows, act), ops::op_signature(ops::Op::kSample, act),
+      (lm_head ? *lm_head : embed).signature(ops::Op::kLinear, act)};
+  auto linear = [&](const ops::LinearWeight& w) {
+    if (w.defined()) out.push_back(w.signature(ops::Op::kLinear, act));
+  };
+  for (const DecoderLayer& L : layers) {
+    for (const ops::LinearWeight* w : {&L.q, &L.k, &L.v, &L.qkv, &L.o, &L.gate, &L.up, &L.gate_up, &L.down})
+      linear(*w);
+    if (L.moe) {
+      linear(L.moe->router);
+      out.push_back(ops::op_signature(ops::Op::kMoeRoute, act));
+      out.push_back(L.moe->gate.signature(ops::Op::kMoeExperts, act));
+    } else {
+      out.push_back(ops::op_signature(ops::Op::kGatedActivation, act));
+    }
+  }
+  return out;
+}
+
 ops::Act Decoder::forward_logits(const ops::StepInputs& step, const ops::KvLayout& kv) {
   const ModelConfig& c = config_;
   const ops::Exec& e = exec_;

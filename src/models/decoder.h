@@ -50,6 +50,7 @@ class Decoder final : public Model {
   ops::Act forward_logits(const ops::StepInputs& step, const ops::KvLayout& kv) override;
   std::size_t weight_bytes() const override;
   std::size_t decode_bytes_per_token() const override;
+  std::vector<ops::OpSignature> required_ops() const override;
   const ops::Exec& exec() const { return exec_; }
 
   // Stacks q/k/v into qkv and gate/up into gate_up where their formats match (one kernel, one

@@ -1,10 +1,22 @@
 #include "models/model.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "models/decoder.h"
 #include "models/families.h"
 
 namespace mlxcel::models {
+
+std::vector<std::string> Model::missing_ops() const {
+  std::vector<std::string> out;
+  for (const ops::OpSignature& s : required_ops()) {
+    if (exec_.backend().supports(s)) continue;
+    const std::string name = s.str();
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
 
 void Model::forward(const ops::StepInputs& step, const ops::KvLayout& kv,
                     std::vector<std::vector<float>>& logits) {

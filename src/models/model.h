@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "models/model_config.h"
@@ -40,6 +41,13 @@ class Model {
   // Bytes of weights one decode step must read (embedding: one row; MoE: the router plus the
   // average share of active experts), the numerator of the decode bandwidth ceiling.
   virtual std::size_t decode_bytes_per_token() const = 0;
+  // The op signatures a forward step runs (missing_ops checks them against the backend).
+  virtual std::vector<ops::OpSignature> required_ops() const = 0;
+
+  // Every op signature a forward step of this model needs that the backend does not claim
+  // (names as OpSignature::str gives them); empty when it runs entirely on the backend. The
+  // loader refuses a model with the whole list rather than failing at the first op mid-step.
+  std::vector<std::string> missing_ops() const;
 
   ops::Backend& backend() const { return exec_.backend(); }
   const ops::Exec& exec() const { return exec_; }

@@ -100,6 +100,8 @@ void Exec::emit(const char* name, int layer, const Act& a) const {
   tap(name, layer, host.data(), a.rows, a.cols);
 }
 
+OpSignature op_signature(Op op, DType act, int head_dim) { return sig(op, act, head_dim); }
+
 void Exec::require(const OpSignature& s) const {
   if (!be_->supports(s))
     throw_error(ErrorCategory::kUnsupported,

@@ -21,6 +21,8 @@ using backend::Act;
 using backend::Activation;
 using backend::Backend;
 using backend::KvLayout;
+using backend::Op;
+using backend::OpSignature;
 using backend::StepView;
 
 // Debugging aid (`mlxcel trace --dump`): called with every named intermediate of a forward step
@@ -138,6 +140,9 @@ class Workspace {
   std::shared_ptr<backend::DeviceBuffer> buf_;
   std::size_t capacity_ = 0, used_ = 0;
 };
+
+// An op signature without a weight format (norms, attention, sampling, ...).
+OpSignature op_signature(Op op, DType act, int head_dim = 0);
 
 // --- The ops ---
 void embed(const Exec& e, const LinearWeight& table, const StepView& step, Act out, float scale);

@@ -49,6 +49,16 @@ LoadedModel load_model(const std::string& dir, const LoadOptions& options) {
     lm.backend = backend::create_backend(kind, options.numerics);
     lm.weights = std::make_unique<models::CheckpointWeights>(dir, kind);
     lm.model = models::build_model(cfg, *lm.weights, *lm.backend);
+    // Every op the model needs, checked now: a refusal lists them all, and nothing can fail
+    // for want of a kernel in the middle of a step.
+    if (const auto missing = lm.model->missing_ops(); !missing.empty()) {
+      std::string list;
+      for (const auto& m : missing) list += (list.empty() ? "" : "; ") + m;
+      throw_error(ErrorCategory::kUnsupported, "the " + lm.backend->name() +
+                                                   " backend has no kernel for " +
+                                                   std::to_string(missing.size()) + " op(s) this model needs: " +
+                                                   list + "; run it with --device cpu");
+    }
   } catch (const Error& e) {
     if (!default_gpu || e.category() != ErrorCategory::kUnsupported) throw;
     // The GPU was our choice, not the user's: say why and load on the CPU (at load time, never

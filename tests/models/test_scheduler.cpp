@@ -187,3 +187,28 @@ TEST(Scheduler, NonFiniteLogitsFailOnlyTheirSequence) {
   EXPECT_EQ(good.tokens, alone.tokens);
   EXPECT_EQ(good.reason, "length");
 }
+
+// A backend that lacks some ops: the model lists every missing signature at load (the loader
+// refuses with the whole list), rather than failing at the first op in the middle of a step.
+namespace {
+class PartialBackend : public mlxcel::cpu::CpuBackend {
+ public:
+  using CpuBackend::CpuBackend;
+  bool supports(const mlxcel::backend::OpSignature& s) const override {
+    return s.op != mlxcel::backend::Op::kAttention && s.op != mlxcel::backend::Op::kSample &&
+           CpuBackend::supports(s);
+  }
+};
+}  // namespace
+
+TEST(Model, MissingOpsListsEverySignatureTheBackendLacks) {
+  auto t = mlxcel::testing_models::make("qwen3", true);
+  PartialBackend partial(mlxcel::backend::Numerics::kFast);
+  auto m = mlxcel::models::build_model(t.cfg, t.w, partial);
+  const auto missing = m->missing_ops();
+  ASSERT_EQ(missing.size(), 2u);
+  EXPECT_NE(missing[0].find("attention"), std::string::npos) << missing[0];
+  EXPECT_NE(missing[1].find("sample"), std::string::npos) << missing[1];
+  mlxcel::cpu::CpuBackend full(mlxcel::backend::Numerics::kFast);
+  EXPECT_TRUE(mlxcel::models::build_model(t.cfg, t.w, full)->missing_ops().empty());
+}

@@ -9,7 +9,7 @@
 
 namespace mlxcel::cpu {
 
-class CpuBackend final : public backend::Backend {
+class CpuBackend : public backend::Backend {
  public:
   explicit CpuBackend(backend::Numerics numerics = backend::Numerics::kFast);
 
