@@ -2,7 +2,12 @@
 # Builds the libFuzzer targets in fuzz/ (clang-19, ASan + UBSan) into build/fuzz and runs each for
 # a bounded time from a generated seed corpus: safetensors, config.json, the OpenAI request layer,
 # tokenizer.json loading and chat-template parse + render. Fails if a run finds a crash, leak, timeout or
-# sanitizer report.   FUZZ_SECONDS=60 (total, split between targets)   scripts/fuzz.sh [--build-only]
+# sanitizer report; every target runs even after a failure, and each failure prints libFuzzer's report,
+# the saved input (base64) and the command that replays it.
+#   FUZZ_SECONDS=60 (total, split between targets)
+#   FUZZ_SEED=1 (fixed per target: CI replays the same input sequence, so a clean clone that passes
+#               here passes there; FUZZ_SEED=0 draws a fresh seed per run, for exploratory runs)
+#   scripts/fuzz.sh [--build-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CXX=${FUZZ_CXX:-clang++-19}
@@ -120,20 +125,43 @@ for i, t in enumerate(tpls):
     (root / "template" / f"t{i}.jinja").write_text(t)
 PY
 
+seed_base=${FUZZ_SEED:-1}
+failures=()
 run() {
-  local target=$1 seconds=$2 seed_dir=$3
-  local corpus="$out/corpus_$target"
-  mkdir -p "$corpus"
-  echo "fuzz: $target for ${seconds}s"
-  (cd "$out" && "./$target" -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 "corpus_$target" "seeds/$seed_dir") 2>&1 | tail -n 12
-  return "${PIPESTATUS[0]}"
+  local target=$1 seconds=$2 seed_dir=$3 index=$4
+  local corpus="$out/corpus_$target" log="$out/$target.log" seed=0
+  [ "$seed_base" != 0 ] && seed=$((seed_base + index))
+  mkdir -p "$corpus" "$out/artifacts"
+  rm -f "$out/artifacts/$target-"*
+  echo "fuzz: $target for ${seconds}s (seed $seed)"
+  local rc=0
+  (cd "$out" && "./$target" -seed="$seed" -max_total_time="$seconds" -max_len=8192 -timeout=10 \
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="artifacts/$target-" \
+      "corpus_$target" "seeds/$seed_dir") >"$log" 2>&1 || rc=$?
+  if [ $rc -eq 0 ]; then
+    grep -E "^Done|stat::(slowest_unit_time_sec|peak_rss_mb)" "$log" | sed 's/^/  /' || true
+    return 0
+  fi
+  failures+=("$target")
+  echo "fuzz: $target FAILED (exit $rc); libFuzzer's report:"
+  grep -vE "^(#[0-9]+|INFO:)" "$log" | tail -n 60 | sed 's/^/  | /' || true
+  local a
+  for a in "$out/artifacts/$target-"*; do
+    [ -f "$a" ] || continue
+    echo "  input $a ($(stat -c %s "$a") bytes), base64:"
+    head -c 4096 "$a" | base64 -w 100 | sed 's/^/    /'
+    echo "  replay: (cd $out && ./$target $(basename "$(dirname "$a")")/$(basename "$a"))"
+  done
 }
 share=$((total / 6))
-run fuzz_safetensors "$share" safetensors
-run fuzz_model_config "$share" config
-run fuzz_gguf "$share" gguf
-run fuzz_openai_request "$share" request
-run fuzz_tokenizer_json "$share" tokenizer
-run fuzz_chat_template $((total - 5 * share)) template
+run fuzz_safetensors "$share" safetensors 0
+run fuzz_model_config "$share" config 1
+run fuzz_gguf "$share" gguf 2
+run fuzz_openai_request "$share" request 3
+run fuzz_tokenizer_json "$share" tokenizer 4
+run fuzz_chat_template $((total - 5 * share)) template 5
+if [ ${#failures[@]} -gt 0 ]; then
+  echo "fuzz: FAILED: ${failures[*]}"
+  exit 1
+fi
 echo "fuzz: no crashes"

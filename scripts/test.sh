@@ -27,12 +27,18 @@ done
 passed=0
 failed=0
 failed_names=()
+# Each stage's output is also kept in build/stage-logs/NAME.log; the tails of failed stages are
+# printed again at the end, where a truncated CI log still shows them.
+logs=build/stage-logs
+mkdir -p "$logs"
 run_stage() {
   local name=$1
   shift
-  local t0=$SECONDS
+  local t0=$SECONDS rc
   echo "=== stage $name"
-  if "$@"; then
+  "$@" 2>&1 | tee "$logs/$name.log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 0 ]; then
     passed=$((passed + 1))
     echo "=== stage $name: ok ($((SECONDS - t0)) s)"
   else
@@ -88,6 +94,11 @@ for s in "${stages[@]}"; do
   run_stage "$s" "stage_$s"
 done
 echo
+for s in "${failed_names[@]}"; do
+  echo "=== the last 80 lines of failed stage $s ($logs/$s.log):"
+  tail -n 80 "$logs/$s.log"
+  echo
+done
 [ ${#failed_names[@]} -gt 0 ] && echo "failed stages: ${failed_names[*]}"
 echo "stages: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -90,10 +90,12 @@ void parse_foreign(const json& qc, const std::string& name, QuantConfig* out) {
       if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() || !(*b)[1].is_number_integer()) {
         bad(name, "quantization_config.weight_block_size must be [rows, cols]");
       }
-      block = {(*b)[0].get<int>(), (*b)[1].get<int>()};
-      if (block[0] <= 0 || block[1] <= 0 || block[0] > 65536 || block[1] > 65536) {
+      // Checked as int64: get<int>() would wrap a large value into range.
+      const std::int64_t r = (*b)[0].get<std::int64_t>(), c = (*b)[1].get<std::int64_t>();
+      if (r <= 0 || c <= 0 || r > 65536 || c > 65536) {
         bad(name, "quantization_config.weight_block_size is out of range");
       }
+      block = {static_cast<int>(r), static_cast<int>(c)};
     }
     if (qc.value("scale_fmt", "") == "ue8m0" && block == std::vector<int>{32, 32}) {
       return mapped(default_params(QuantMode::kMxfp8));

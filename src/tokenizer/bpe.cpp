@@ -5,6 +5,7 @@
 #include <queue>
 
 #include "core/error.h"
+#include "tokenizer/json_ids.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/unigram.h"
 #include "tokenizer/wordpiece.h"
@@ -57,7 +58,7 @@ Bpe::Bpe(std::unordered_map<std::string, int32_t> vocab,
 std::unique_ptr<Bpe> Bpe::from_json(const nlohmann::json& j) {
   std::unordered_map<std::string, int32_t> vocab;
   for (auto it = j.at("vocab").begin(); it != j.at("vocab").end(); ++it)
-    vocab.emplace(it.key(), it.value().get<int32_t>());
+    vocab.emplace(it.key(), json_token_id(it.value(), "vocabulary token '" + it.key() + "'"));
   std::vector<std::pair<std::string, std::string>> merges;
   if (j.contains("merges")) {
     for (const auto& m : j["merges"]) {
@@ -208,7 +209,7 @@ class WordLevel : public Model {
  public:
   explicit WordLevel(const nlohmann::json& j) {
     std::unordered_map<std::string, int32_t> v;
-    for (auto it = j.at("vocab").begin(); it != j.at("vocab").end(); ++it) v.emplace(it.key(), it.value().get<int32_t>());
+    for (auto it = j.at("vocab").begin(); it != j.at("vocab").end(); ++it) v.emplace(it.key(), json_token_id(it.value(), "vocabulary token '" + it.key() + "'"));
     set_vocab(std::move(v));
     if (j.contains("unk_token") && j["unk_token"].is_string()) unk_ = token_to_id(j["unk_token"].get<std::string>());
   }

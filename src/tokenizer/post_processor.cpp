@@ -1,13 +1,15 @@
 #include "tokenizer/post_processor.h"
 
 #include "core/error.h"
+#include "tokenizer/json_ids.h"
 
 namespace mlxcel::tok {
 namespace {
 
 class Affix : public PostProcessor {
  public:
-  Affix(std::vector<int32_t> pre, std::vector<int32_t> suf) : pre_(std::move(pre)), suf_(std::move(suf)) {}
+  Affix(std::vector<int32_t> pre, std::vector<int32_t> suf)
+      : pre_(std::move(pre)), suf_(std::move(suf)) {}
   void process(std::vector<int32_t>& ids) const override {
     ids.insert(ids.begin(), pre_.begin(), pre_.end());
     ids.insert(ids.end(), suf_.begin(), suf_.end());
@@ -31,7 +33,10 @@ class Template : public PostProcessor {
         if (!table.contains(name))
           throw_error(ErrorCategory::kBadInput, "tokenizer.json: TemplateProcessing uses '" + name +
                                                     "' missing from special_tokens");
-        parts_.push_back({false, table[name].at("ids").get<std::vector<int32_t>>()});
+        std::vector<int32_t> ids;
+        for (const auto& id : table[name].at("ids"))
+          ids.push_back(json_token_id(id, "special token '" + name + "'"));
+        parts_.push_back({false, std::move(ids)});
       }
     }
   }
@@ -39,8 +44,10 @@ class Template : public PostProcessor {
     std::vector<int32_t> out;
     out.reserve(ids.size() + 4);
     for (const auto& p : parts_) {
-      if (p.seq) out.insert(out.end(), ids.begin(), ids.end());
-      else out.insert(out.end(), p.ids.begin(), p.ids.end());
+      if (p.seq)
+        out.insert(out.end(), ids.begin(), ids.end());
+      else
+        out.insert(out.end(), p.ids.begin(), p.ids.end());
     }
     ids.swap(out);
   }
@@ -71,7 +78,8 @@ class Sequence : public PostProcessor {
 
 }  // namespace
 
-std::unique_ptr<PostProcessor> make_affix_processor(std::vector<int32_t> prefix, std::vector<int32_t> suffix) {
+std::unique_ptr<PostProcessor> make_affix_processor(std::vector<int32_t> prefix,
+                                                    std::vector<int32_t> suffix) {
   return std::make_unique<Affix>(std::move(prefix), std::move(suffix));
 }
 
@@ -81,8 +89,9 @@ std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& j) {
   if (type == "TemplateProcessing") return std::make_unique<Template>(j);
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     // "cls"/"sep" are [token, id] pairs.
-    return std::make_unique<Affix>(std::vector<int32_t>{j.at("cls").at(1).get<int32_t>()},
-                                   std::vector<int32_t>{j.at("sep").at(1).get<int32_t>()});
+    return std::make_unique<Affix>(
+        std::vector<int32_t>{json_token_id(j.at("cls").at(1), "post_processor cls")},
+        std::vector<int32_t>{json_token_id(j.at("sep").at(1), "post_processor sep")});
   }
   if (type == "ByteLevel") return std::make_unique<Noop>();  // changes offsets only
   if (type == "Sequence") {
@@ -93,9 +102,10 @@ std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& j) {
     }
     return std::make_unique<Sequence>(std::move(v));
   }
-  throw_error(ErrorCategory::kUnsupported, "tokenizer.json: post_processor type '" + type +
-                                               "' is not supported (TemplateProcessing, "
-                                               "RobertaProcessing, BertProcessing, ByteLevel, Sequence)");
+  throw_error(ErrorCategory::kUnsupported,
+              "tokenizer.json: post_processor type '" + type +
+                  "' is not supported (TemplateProcessing, "
+                  "RobertaProcessing, BertProcessing, ByteLevel, Sequence)");
 }
 
 }  // namespace mlxcel::tok

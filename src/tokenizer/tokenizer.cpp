@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "tokenizer/bounded_json.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/json_ids.h"
 #include "tokenizer/tiktoken.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
@@ -125,7 +126,7 @@ tok::AddedToken parse_added(const nlohmann::json& j, int32_t id) {
 void add_config_tokens(TokenizerImpl& impl, const nlohmann::json& cfg) {
   if (!cfg.is_object() || !cfg.contains("added_tokens_decoder")) return;
   for (auto it = cfg["added_tokens_decoder"].begin(); it != cfg["added_tokens_decoder"].end(); ++it)
-    impl.added.add(parse_added(it.value(), std::stoi(it.key())));
+    impl.added.add(parse_added(it.value(), tok::string_token_id(it.key(), "added_tokens_decoder entry")));
 }
 
 std::string config_chat_template(const nlohmann::json& cfg) {
@@ -194,7 +195,7 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j, const nlohmann::json& co
   impl->post_processor = tok::make_post_processor(j.value("post_processor", nlohmann::json()));
   impl->decoder = tok::make_decoder(j.value("decoder", nlohmann::json()));
   if (j.contains("added_tokens")) {
-    for (const auto& t : j["added_tokens"]) impl->added.add(parse_added(t, t.at("id").get<int32_t>()));
+    for (const auto& t : j["added_tokens"]) impl->added.add(parse_added(t, tok::json_token_id(t.at("id"), "added token")));
   }
   finish(*impl, cfg);
   return Tokenizer(std::move(impl));
@@ -214,7 +215,7 @@ Tokenizer Tokenizer::from_vocab_merges(const std::string& vocab_path, const std:
   auto cfg = read_config(config_path);
   auto vj = read_json(vocab_path);
   std::unordered_map<std::string, int32_t> vocab;
-  for (auto it = vj.begin(); it != vj.end(); ++it) vocab.emplace(it.key(), it.value().get<int32_t>());
+  for (auto it = vj.begin(); it != vj.end(); ++it) vocab.emplace(it.key(), tok::json_token_id(it.value(), "vocabulary token '" + it.key() + "'"));
   std::vector<std::pair<std::string, std::string>> merges;
   std::istringstream ms(read_text(merges_path));
   std::string line;

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "tokenizer/json_ids.h"
 #include "tokenizer/unicode.h"
 
 namespace mlxcel::tok {
@@ -26,7 +27,7 @@ Unigram::Unigram(const nlohmann::json& j) {
     max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
   }
   set_vocab(std::move(v));
-  if (j.contains("unk_id") && j["unk_id"].is_number_integer()) unk_id_ = j["unk_id"].get<int32_t>();
+  if (j.contains("unk_id") && j["unk_id"].is_number_integer()) unk_id_ = json_token_id(j["unk_id"], "Unigram unk_id");
   byte_fallback_ = j.value("byte_fallback", false);
 }
 

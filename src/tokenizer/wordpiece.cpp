@@ -1,13 +1,14 @@
 #include "tokenizer/wordpiece.h"
 
 #include "core/error.h"
+#include "tokenizer/json_ids.h"
 #include "tokenizer/unicode.h"
 
 namespace mlxcel::tok {
 
 WordPiece::WordPiece(const nlohmann::json& j) {
   std::unordered_map<std::string, int32_t> v;
-  for (auto it = j.at("vocab").begin(); it != j.at("vocab").end(); ++it) v.emplace(it.key(), it.value().get<int32_t>());
+  for (auto it = j.at("vocab").begin(); it != j.at("vocab").end(); ++it) v.emplace(it.key(), json_token_id(it.value(), "vocabulary token '" + it.key() + "'"));
   set_vocab(std::move(v));
   prefix_ = j.value("continuing_subword_prefix", "##");
   max_chars_ = j.value("max_input_chars_per_word", 100);

@@ -64,6 +64,8 @@ TEST(ModelConfig, ForeignMappings) {
   EXPECT_EQ(fp8.quant().foreign, ForeignQuant::kFp8Block);
   EXPECT_EQ(fp8.quant().fp8_block.rows, 128);
   EXPECT_EQ(fp8.quant_params_for("x", true), std::nullopt);
+  // 2^32 + 128 must not wrap to 128.
+  EXPECT_THROW(cfg(R"({"quantization_config": {"quant_method": "fp8", "weight_block_size": [4294967424, 128]}})"), Error);
   EXPECT_EQ(cfg(R"({"quantization_config": {"quant_method": "fp8", "scale_fmt": "ue8m0", "weight_block_size": [32, 32]}})")
                 .quant().defaults.mode,
             QuantMode::kMxfp8);

@@ -3,10 +3,15 @@
 // tests/python/test_tokenizer_hf.py.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
+#include "core/error.h"
 #include "tokenizer/reasoning.h"
 #include "tokenizer/streaming_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -80,6 +85,44 @@ TEST(Tokenizer, SpecialTokensAndIds) {
   Tokenizer m = Tokenizer::load(fixture("mistral-7b-v0.3-metaspace"));
   EXPECT_EQ(m.decode(m.encode("hi", true), true), "hi");
   EXPECT_EQ(m.decode(m.encode("hi", true), false), "<s> hi");
+}
+
+// Ids from a hostile tokenizer.json: floats outside int's range (undefined behaviour in a plain
+// get<int32_t>()), negative, non-integral or huge ids, and ids that would size the vocabulary
+// tables to gigabytes, are refused with an error naming the token; a valid file still loads.
+TEST(Tokenizer, BadIdsAreRefused) {
+  auto make = [](const std::string& vocab_id, const std::string& added_id) {
+    return nlohmann::json::parse(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": )" + vocab_id +
+                                 R"(}, "merges": []}, "added_tokens": [{"id": )" + added_id +
+                                 R"(, "content": "<x>", "special": true}]})");
+  };
+  EXPECT_EQ(Tokenizer::from_json(make("1", "2")).token_to_id("<x>"), 2);
+  for (const char* bad : {"3e27", "-1", "1.5", "2147483648", "16777216", "18446744073709551615",
+                          "\"7\"", "null"}) {
+    for (int where = 0; where < 2; ++where) {
+      try {
+        (void)Tokenizer::from_json(where == 0 ? make(bad, "2") : make("1", bad));
+        ADD_FAILURE() << "id " << bad << " accepted (" << (where == 0 ? "vocab" : "added") << ")";
+      } catch (const mlxcel::Error& e) {
+        EXPECT_EQ(e.category(), mlxcel::ErrorCategory::kBadInput) << bad;
+        EXPECT_NE(std::string(e.what()).find(where == 0 ? "'b'" : "added token"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  // tokenizer_config.json's added_tokens_decoder keys (vocab.json + merges.txt checkpoints).
+  const auto dir = std::filesystem::temp_directory_path() / ("mlxcel-badids-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "vocab.json") << R"({"a": 0, "b": 1})";
+  std::ofstream(dir / "merges.txt") << "#version: 0.2\n";
+  for (const char* key : {"1e3", "-4", "99999999999", "", "x"}) {
+    std::ofstream(dir / "tokenizer_config.json")
+        << R"({"added_tokens_decoder": {")" << key << R"(": {"content": "<y>"}}})";
+    EXPECT_THROW((void)Tokenizer::load(dir.string()), mlxcel::Error) << key;
+  }
+  std::ofstream(dir / "tokenizer_config.json") << R"({"added_tokens_decoder": {"7": {"content": "<y>"}}})";
+  EXPECT_EQ(Tokenizer::load(dir.string()).token_to_id("<y>"), 7);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Tokenizer, ConcurrentEncodeIsConsistent) {
