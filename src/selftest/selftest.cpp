@@ -16,6 +16,7 @@
 #include "quant/quantize.h"
 #include "runtime/kv_cache.h"
 #include "runtime/step.h"
+#include "selftest/device_check.h"
 #include "selftest/tiny_model.h"
 
 namespace mlxcel::selftest {
@@ -25,59 +26,6 @@ using backend::Act;
 using backend::Backend;
 using Result = Check::Result;
 
-// Keeps a check's device buffers alive.
-struct Mem {
-  std::vector<std::unique_ptr<backend::DeviceBuffer>> bufs;
-  void* raw(Backend& be, const void* src, std::size_t bytes) {
-    bufs.push_back(std::make_unique<backend::DeviceBuffer>(
-        be.allocate(backend::MemoryKind::kWorkspace, std::max<std::size_t>(bytes, 4))));
-    if (bytes) be.copy(bufs.back()->data(), src, bytes, backend::CopyKind::kHostToDevice);
-    return bufs.back()->data();
-  }
-  Act act(Backend& be, DType act_dtype, const std::vector<float>& v, std::int64_t rows,
-          std::int64_t cols) {
-    const DType st = be.activation_storage(act_dtype);
-    std::vector<std::uint8_t> host(static_cast<std::size_t>(rows * cols) * dtype_size(st));
-    for (std::int64_t i = 0; i < rows * cols; ++i) quant::store_float(host.data(), st, i, v[i]);
-    return Act{raw(be, host.data(), host.size()), st, rows, cols, cols};
-  }
-};
-
-std::vector<float> read(Backend& be, const Act& a) {
-  be.synchronize();
-  std::vector<std::uint8_t> host(static_cast<std::size_t>(a.rows * a.stride) * dtype_size(a.dtype));
-  be.copy(host.data(), a.data, host.size(), backend::CopyKind::kDeviceToHost);
-  std::vector<float> out(static_cast<std::size_t>(a.rows * a.cols));
-  for (std::int64_t r = 0; r < a.rows; ++r)
-    for (std::int64_t c = 0; c < a.cols; ++c)
-      out[r * a.cols + c] = quant::load_float(host.data(), a.dtype, r * a.stride + c);
-  return out;
-}
-
-std::vector<float> randn(std::mt19937& rng, std::size_t n, float sd, DType t) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = quant::round_to(t, d(rng));
-  return v;
-}
-
-// max |got - want| / max |want|.
-double nerr(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num = std::max(num, std::fabs(static_cast<double>(got[i]) - want[i]));
-    den = std::max(den, std::fabs(static_cast<double>(want[i])));
-  }
-  return num / std::max(den, 1e-6);
-}
-
-// Bounds in units of the activation dtype's rounding step.
-double ulps(DType act, double n) {
-  const double u = act == DType::kBF16 ? std::ldexp(1.0, -8) : act == DType::kF16 ? std::ldexp(1.0, -11) : 2e-6;
-  return n * u;
-}
-
 std::string dt(DType t) { return std::string(dtype_name(t)); }
 
 class Runner {
@@ -86,7 +34,8 @@ class Runner {
   Report report;
 
   // Runs `fn` (which returns {error, bound}); an Error or a non-finite error fails the check.
-  void check(const std::string& op, const std::string& sig, const std::function<std::pair<double, double>()>& fn) {
+  void check(const std::string& op, const std::string& sig,
+             const std::function<std::pair<double, double>()>& fn) {
     Check c;
     c.op = op;
     c.signature = sig;
@@ -137,24 +86,27 @@ void Runner::norms() {
         }
         auto x = randn(rng_, rows * cols, 1.0f, act), d = randn(rng_, rows * cols, 0.5f, act);
         std::vector<float> w(static_cast<std::size_t>(cols));
-        for (auto& v : w) v = quant::round_to(act, 1.0f + 0.1f * std::normal_distribution<float>()(rng_));
+        for (auto& v : w)
+          v = quant::round_to(act, 1.0f + 0.1f * std::normal_distribution<float>()(rng_));
         auto run = [&](Backend& be, std::vector<float>& h_out) {
-          Mem m;
+          DeviceMem m;
           ops::Exec e(be, act);
           const auto nw = ops::NormWeight::upload(be, w, 1e-5f);
-          Act h = m.act(be, act, x, rows, cols), dl = m.act(be, act, d, rows, cols), y = m.act(be, act, x, rows, cols);
+          Act h = m.act(be, act, x, rows, cols), dl = m.act(be, act, d, rows, cols),
+              y = m.act(be, act, x, rows, cols);
           ops::rms_norm(e, h, nw, y);
-          auto y1 = read(be, y);
+          auto y1 = read_act(be, y);
           ops::add_rms_norm(e, h, dl, nw, y);
-          h_out = read(be, h);
-          auto y2 = read(be, y);
+          h_out = read_act(be, h);
+          auto y2 = read_act(be, y);
           y1.insert(y1.end(), y2.begin(), y2.end());
           return y1;
         };
         check("rms_norm+add_rms_norm", sig, [&] {
           std::vector<float> hg, hr;
           auto g = run(dut_, hg), r = run(ref_, hr);
-          return std::pair{std::max(nerr(g, r), nerr(hg, hr)), ulps(act, 2)};
+          return std::pair{std::max(normalized_error(g, r), normalized_error(hg, hr)),
+                           rounding_steps(act, 2)};
         });
       }
     }
@@ -188,7 +140,8 @@ void Runner::linear() {
                                   std::to_string(s.in) + "->" + std::to_string(s.out);
           // The checkpoint's weights are in the activation dtype (mlx-lm's convention).
           const DType wdt = act;
-          Tensor w = Tensor::from_f32(randn(rng_, s.in * s.out, 1.0f / std::sqrt(float(s.in)), wdt), {s.out, s.in}, wdt);
+          Tensor w = Tensor::from_f32(randn(rng_, s.in * s.out, 1.0f / std::sqrt(float(s.in)), wdt),
+                                      {s.out, s.in}, wdt);
           Tensor qw = w, scales, biases;
           if (f.q) {
             auto q = quantize(w, *f.q);
@@ -196,30 +149,34 @@ void Runner::linear() {
           }
           auto x = randn(rng_, rows * s.in, 1.0f, act);
           auto run = [&](Backend& be) {
-            Mem m;
+            DeviceMem m;
             ops::Exec e(be, act);
             auto lw = ops::LinearWeight::upload(be, "w", qw, scales, biases, f.q, s.in, s.out);
             Act xa = m.act(be, act, x, rows, s.in);
             Act y = m.act(be, act, std::vector<float>(rows * s.out, 0.0f), rows, s.out);
             ops::linear(e, lw, xa, y);
-            return read(be, y);
+            return read_act(be, y);
           };
           // The oracle: the reference backend's dense fp32 product with the dequantized weights
           // (the unfused twin), rounded once to the activation dtype.
           auto oracle = [&] {
-            Mem m;
+            DeviceMem m;
             ops::Exec e(ref_, DType::kF32);
-            const Tensor wd = f.q ? dequantize(qw, scales, biases.defined() ? &biases : nullptr, *f.q, DType::kF32)
+            const Tensor wd = f.q ? dequantize(qw, scales, biases.defined() ? &biases : nullptr,
+                                               *f.q, DType::kF32)
                                   : Tensor::from_f32(w.to_f32(), {s.out, s.in}, DType::kF32);
-            auto lw = ops::LinearWeight::upload(ref_, "w", wd, Tensor(), Tensor(), std::nullopt, s.in, s.out);
+            auto lw = ops::LinearWeight::upload(ref_, "w", wd, Tensor(), Tensor(), std::nullopt,
+                                                s.in, s.out);
             Act xa = m.act(ref_, DType::kF32, x, rows, s.in);
             Act y = m.act(ref_, DType::kF32, std::vector<float>(rows * s.out, 0.0f), rows, s.out);
             ops::linear(e, lw, xa, y);
-            auto out = read(ref_, y);
+            auto out = read_act(ref_, y);
             for (auto& v : out) v = quant::round_to(act, v);
             return out;
           };
-          check("linear", sig, [&] { return std::pair{nerr(run(dut_), oracle()), ulps(act, 3)}; });
+          check("linear", sig, [&] {
+            return std::pair{normalized_error(run(dut_), oracle()), rounding_steps(act, 3)};
+          });
         }
       }
     }
@@ -230,7 +187,8 @@ void Runner::gated() {
   for (DType act : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (auto a : {backend::Activation::kSilu, backend::Activation::kGeluApprox}) {
       const std::int64_t rows = 33, cols = 1536;
-      const std::string sig = dt(act) + (a == backend::Activation::kSilu ? " silu " : " gelu_approx ") +
+      const std::string sig = dt(act) +
+                              (a == backend::Activation::kSilu ? " silu " : " gelu_approx ") +
                               std::to_string(rows) + "x" + std::to_string(cols);
       if (!supported({backend::Op::kGatedActivation, act})) {
         skip("gated_activation", sig, "not supported by the device");
@@ -238,13 +196,16 @@ void Runner::gated() {
       }
       auto g = randn(rng_, rows * cols, 2.0f, act), u = randn(rng_, rows * cols, 1.0f, act);
       auto run = [&](Backend& be) {
-        Mem m;
+        DeviceMem m;
         ops::Exec e(be, act);
-        Act ga = m.act(be, act, g, rows, cols), ua = m.act(be, act, u, rows, cols), o = m.act(be, act, u, rows, cols);
+        Act ga = m.act(be, act, g, rows, cols), ua = m.act(be, act, u, rows, cols),
+            o = m.act(be, act, u, rows, cols);
         ops::gated_activation(e, a, ga, ua, o);
-        return read(be, o);
+        return read_act(be, o);
       };
-      check("gated_activation", sig, [&] { return std::pair{nerr(run(dut_), run(ref_)), ulps(act, 3)}; });
+      check("gated_activation", sig, [&] {
+        return std::pair{normalized_error(run(dut_), run(ref_)), rounding_steps(act, 3)};
+      });
     }
   }
 }
@@ -261,7 +222,8 @@ void Runner::sample() {
       const std::int64_t nl = 3;
       auto logits = randn(rng_, nl * vocab, 2.0f, act);
       for (std::int64_t r = 0; r < nl; ++r)
-        for (int j = 0; j < 6; ++j) logits[r * vocab + (j * 7919 + r) % vocab] = quant::round_to(act, 9.0f - float(j % 3));
+        for (int j = 0; j < 6; ++j)
+          logits[r * vocab + (j * 7919 + r) % vocab] = quant::round_to(act, 9.0f - float(j % 3));
       std::vector<backend::SampleRow> rows;
       std::vector<backend::SampleProc> procs = {{0, backend::SampleProcKind::kBias, 4.0f},
                                                 {1, backend::SampleProcKind::kRepetition, 1.3f},
@@ -286,7 +248,7 @@ void Runner::sample() {
         rows.push_back(r);
       }
       auto run = [&](Backend& be) {
-        Mem m;
+        DeviceMem m;
         ops::Exec e(be, act);
         ops::Sampling s;
         Act l = m.act(be, act, logits, nl, vocab);
@@ -296,8 +258,8 @@ void Runner::sample() {
         auto g = run(dut_), r = run(ref_);
         double mismatches = 0;
         for (std::size_t i = 0; i < r.size(); ++i) {
-          bool same = g[i].token == r[i].token && g[i].status == r[i].status && g[i].n_top == r[i].n_top &&
-                      std::fabs(g[i].logprob - r[i].logprob) <= 1e-4f;
+          bool same = g[i].token == r[i].token && g[i].status == r[i].status &&
+                      g[i].n_top == r[i].n_top && std::fabs(g[i].logprob - r[i].logprob) <= 1e-4f;
           for (int j = 0; same && j < r[i].n_top; ++j) same = g[i].top_ids[j] == r[i].top_ids[j];
           mismatches += same ? 0 : 1;
         }
@@ -332,7 +294,8 @@ void Runner::models() {
         for (std::size_t row = 0; row < p.size(); ++row) {
           const float* rr = r.data() + row * V;
           const float* gg = g.data() + row * V;
-          const std::size_t a = std::max_element(rr, rr + V) - rr, b = std::max_element(gg, gg + V) - gg;
+          const std::size_t a = std::max_element(rr, rr + V) - rr,
+                            b = std::max_element(gg, gg + V) - gg;
           float second = -INFINITY, diff = 0;
           for (std::size_t i = 0; i < V; ++i) {
             if (i != a) second = std::max(second, rr[i]);
@@ -341,7 +304,7 @@ void Runner::models() {
           if (rr[a] - second > 2 * diff && a != b) ++flips;
         }
         if (flips > 0) throw_error(ErrorCategory::kInternal, "top-1 differs at a decided position");
-        return std::pair{nerr(g, r), 0.05};
+        return std::pair{normalized_error(g, r), 0.05};
       });
     }
   }
@@ -354,14 +317,16 @@ std::string result_name(Result r) {
 }  // namespace
 
 int Report::count(Check::Result r) const {
-  return static_cast<int>(std::count_if(checks.begin(), checks.end(), [&](const Check& c) { return c.result == r; }));
+  return static_cast<int>(
+      std::count_if(checks.begin(), checks.end(), [&](const Check& c) { return c.result == r; }));
 }
 
 Report run(Backend& dut, Backend& ref, bool quick) {
   Runner r(dut, ref, quick);
   r.report.device = dut.name();
   r.report.reference = ref.name();
-  r.report.mlxcel = std::string(build_info().version) + " (" + build_info().commit + ", " + build_info().backend + ")";
+  r.report.mlxcel = std::string(build_info().version) + " (" + build_info().commit + ", " +
+                    build_info().backend + ")";
   r.norms();
   r.linear();
   r.gated();
@@ -371,15 +336,17 @@ Report run(Backend& dut, Backend& ref, bool quick) {
 }
 
 void print_table(const Report& r, std::FILE* out) {
-  std::fprintf(out, "mlxcel selftest\n  mlxcel:    %s\n  device:    %s\n", r.mlxcel.c_str(), r.device.c_str());
+  std::fprintf(out, "mlxcel selftest\n  mlxcel:    %s\n  device:    %s\n", r.mlxcel.c_str(),
+               r.device.c_str());
   if (!r.arch.empty()) std::fprintf(out, "  arch:      %s\n", r.arch.c_str());
   if (!r.runtime.empty()) std::fprintf(out, "  runtime:   %s\n", r.runtime.c_str());
-  std::fprintf(out, "  reference: %s\n\n%-22s %-42s %10s %10s  %s\n", r.reference.c_str(), "op", "case", "error",
-               "bound", "result");
+  std::fprintf(out, "  reference: %s\n\n%-22s %-42s %10s %10s  %s\n", r.reference.c_str(), "op",
+               "case", "error", "bound", "result");
   for (const Check& c : r.checks) {
-    std::fprintf(out, "%-22s %-42s %10.3g %10.3g  %s", c.op.c_str(), c.signature.c_str(), c.error, c.bound,
-                 result_name(c.result).c_str());
-    if (!c.detail.empty() && c.result != Result::kPass) std::fprintf(out, "  (%s)", c.detail.c_str());
+    std::fprintf(out, "%-22s %-42s %10.3g %10.3g  %s", c.op.c_str(), c.signature.c_str(), c.error,
+                 c.bound, result_name(c.result).c_str());
+    if (!c.detail.empty() && c.result != Result::kPass)
+      std::fprintf(out, "  (%s)", c.detail.c_str());
     std::fprintf(out, "\n");
   }
   std::fprintf(out, "\nselftest: %d passed, %d failed, %d skipped: %s\n", r.count(Result::kPass),
@@ -387,14 +354,23 @@ void print_table(const Report& r, std::FILE* out) {
 }
 
 std::string to_json(const Report& r) {
-  nlohmann::json j = {{"mlxcel", r.mlxcel}, {"device", r.device}, {"arch", r.arch},
-                      {"runtime", r.runtime}, {"reference", r.reference},
-                      {"passed", r.count(Result::kPass)}, {"failed", r.count(Result::kFail)},
-                      {"skipped", r.count(Result::kSkip)}, {"result", r.passed() ? "pass" : "fail"}};
+  nlohmann::json j = {{"mlxcel", r.mlxcel},
+                      {"device", r.device},
+                      {"arch", r.arch},
+                      {"runtime", r.runtime},
+                      {"reference", r.reference},
+                      {"passed", r.count(Result::kPass)},
+                      {"failed", r.count(Result::kFail)},
+                      {"skipped", r.count(Result::kSkip)},
+                      {"result", r.passed() ? "pass" : "fail"}};
   auto& arr = j["checks"] = nlohmann::json::array();
   for (const Check& c : r.checks)
-    arr.push_back({{"op", c.op}, {"case", c.signature}, {"error", std::isfinite(c.error) ? c.error : -1.0},
-                   {"bound", c.bound}, {"result", result_name(c.result)}, {"detail", c.detail}});
+    arr.push_back({{"op", c.op},
+                   {"case", c.signature},
+                   {"error", std::isfinite(c.error) ? c.error : -1.0},
+                   {"bound", c.bound},
+                   {"result", result_name(c.result)},
+                   {"detail", c.detail}});
   return j.dump(2);
 }
 

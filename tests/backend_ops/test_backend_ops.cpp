@@ -24,9 +24,17 @@
 #include "backend/gpu/runtime.h"
 #include "core/error.h"
 #include "gpu_test_util.h"
+#include "quant/quantize.h"
+#include "selftest/device_check.h"
 
 using namespace mlxcel;
 using namespace mlxcel::backend;
+using mlxcel::selftest::DeviceMem;
+using mlxcel::selftest::normalized_error;
+using mlxcel::selftest::randn;
+using mlxcel::selftest::read_act;
+using mlxcel::selftest::read_raw;
+using mlxcel::selftest::rounding_steps;
 
 namespace {
 
@@ -51,108 +59,7 @@ Backend& cpu_backend() {
   Backend& gpu = *dut();        \
   Backend& cpu = cpu_backend()
 
-// Keeps every buffer of a test case alive.
-struct Mem {
-  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
-  void* raw(Backend& be, const void* src, std::size_t bytes) {
-    bufs.push_back(std::make_unique<DeviceBuffer>(
-        be.allocate(MemoryKind::kWorkspace, std::max<std::size_t>(bytes, 4))));
-    if (bytes) be.copy(bufs.back()->data(), src, bytes, CopyKind::kHostToDevice);
-    return bufs.back()->data();
-  }
-  template <typename T>
-  T* vec(Backend& be, const std::vector<T>& v) {
-    return static_cast<T*>(raw(be, v.data(), v.size() * sizeof(T)));
-  }
-  // An activation [rows, cols] with row stride cols + pad, in the backend's storage dtype.
-  Act act(Backend& be, DType act_dtype, const std::vector<float>& vals, std::int64_t rows,
-          std::int64_t cols, std::int64_t pad = 0) {
-    const DType st = be.activation_storage(act_dtype);
-    const std::int64_t stride = cols + pad;
-    std::vector<std::uint8_t> host(static_cast<std::size_t>(rows * stride) * dtype_size(st));
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c < cols; ++c)
-        put(st, host.data(), r * stride + c, vals[r * cols + c]);
-    return Act{raw(be, host.data(), host.size()), st, rows, cols, stride};
-  }
-  static void put(DType t, void* p, std::int64_t i, float v) {
-    switch (t) {
-      case DType::kBF16:
-        static_cast<bf16*>(p)[i] = bf16(v);
-        break;
-      case DType::kF16:
-        static_cast<f16*>(p)[i] = f16(v);
-        break;
-      default:
-        static_cast<float*>(p)[i] = v;
-        break;
-    }
-  }
-};
-
-float get(DType t, const void* p, std::int64_t i) {
-  switch (t) {
-    case DType::kBF16:
-      return static_cast<const bf16*>(p)[i].to_float();
-    case DType::kF16:
-      return static_cast<const f16*>(p)[i].to_float();
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
-std::vector<float> read(Backend& be, const Act& a) {
-  be.synchronize();
-  std::vector<std::uint8_t> host(static_cast<std::size_t>(a.rows * a.stride) * dtype_size(a.dtype));
-  if (a.rows) be.copy(host.data(), a.data, host.size(), CopyKind::kDeviceToHost);
-  std::vector<float> out(static_cast<std::size_t>(a.rows * a.cols));
-  for (std::int64_t r = 0; r < a.rows; ++r)
-    for (std::int64_t c = 0; c < a.cols; ++c)
-      out[r * a.cols + c] = get(a.dtype, host.data(), r * a.stride + c);
-  return out;
-}
-
-template <typename T>
-std::vector<T> read_raw(Backend& be, const void* p, std::size_t n) {
-  be.synchronize();
-  std::vector<T> out(n);
-  be.copy(out.data(), p, n * sizeof(T), CopyKind::kDeviceToHost);
-  return out;
-}
-
-float round_to(DType t, float v) {
-  if (t == DType::kBF16) return bf16(v).to_float();
-  if (t == DType::kF16) return f16(v).to_float();
-  return v;
-}
-
-std::vector<float> randn(std::mt19937& rng, std::size_t n, float sd, DType t) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = round_to(t, d(rng));
-  return v;
-}
-
 // --- Error bounds and reporting ----------------------------------------------------------------
-
-double nerr(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num = std::max(num, std::fabs(static_cast<double>(got[i]) - want[i]));
-    den = std::max(den, std::fabs(static_cast<double>(want[i])));
-  }
-  return num / std::max(den, 1e-6);
-}
-
-// Per-op bound in units of the activation dtype's rounding step: ops round once (or twice, for
-// the gated activation and the MoE combine) after fp32 work done in another order than the CPU.
-double bound(DType act, double ulps) {
-  const double u = act == DType::kBF16  ? std::ldexp(1.0, -8)
-                   : act == DType::kF16 ? std::ldexp(1.0, -11)
-                                        : 2e-6;
-  return ulps * u;
-}
 
 void report(const std::string& sig, double err, double lim) {
   static FILE* f = [] {
@@ -165,11 +72,13 @@ void report(const std::string& sig, double err, double lim) {
   }
 }
 
-#define EXPECT_CLOSE(sig, got, want, lim) \
-  do {                                    \
-    const double e_ = nerr(got, want);    \
-    report(sig, e_, lim);                 \
-    EXPECT_LE(e_, lim) << sig;            \
+// Bounds are rounding_steps(act, n): ops round once (or twice, for the gated activation and the
+// MoE combine) after fp32 work done in another order than the CPU.
+#define EXPECT_CLOSE(sig, got, want, lim)          \
+  do {                                             \
+    const double e_ = normalized_error(got, want); \
+    report(sig, e_, lim);                          \
+    EXPECT_LE(e_, lim) << sig;                     \
   } while (0)
 
 const DType kActs[] = {DType::kF32, DType::kBF16, DType::kF16};
@@ -236,7 +145,7 @@ HostMatrix random_matrix(std::mt19937& rng, const WeightFormat& f, std::int64_t 
                          float sd) {
     out.resize(static_cast<std::size_t>(count) * dtype_size(t));
     std::normal_distribution<float> d(mean, sd);
-    for (std::int64_t i = 0; i < count; ++i) Mem::put(t, out.data(), i, d(rng));
+    for (std::int64_t i = 0; i < count; ++i) quant::store_float(out.data(), t, i, d(rng));
   };
   if (f.mode == QMode::kNone) {
     fill_floats(m.w, f.dtype, rows * k, 0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
@@ -261,7 +170,7 @@ HostMatrix random_matrix(std::mt19937& rng, const WeightFormat& f, std::int64_t 
   return m;
 }
 
-Matrix upload_matrix(Backend& be, Mem& mem, const HostMatrix& h) {
+Matrix upload_matrix(Backend& be, DeviceMem& mem, const HostMatrix& h) {
   Matrix m;
   m.mode = h.f.mode;
   m.bits = h.f.bits;
@@ -310,7 +219,7 @@ TEST(BackendOps, RmsNorm) {
     for (C c : {C{1, 1, 1, 0}, C{3, 31, 1, 2}, C{32, 32, 1, 0}, C{33, 33, 1, 0}, C{5, 576, 1, 7},
                 C{2, 1536, 1, 0}, C{1, 4097, 1, 0}, C{7, 9 * 64, 9, 3 * 64}, C{31, 3 * 128, 3, 0},
                 C{2, 2 * 256, 2, 0}}) {
-      Mem mg, mc;
+      DeviceMem mg, mc;
       auto x = randn(rng, static_cast<std::size_t>(c.rows * c.cols), 1.5f, act);
       auto w = randn(rng, static_cast<std::size_t>(c.cols / c.heads), 1.0f, DType::kF32);
       for (int inplace = 0; inplace < 2; ++inplace) {
@@ -323,7 +232,7 @@ TEST(BackendOps, RmsNorm) {
         std::ostringstream s;
         s << "rms_norm " << tag(act) << " rows " << c.rows << " cols " << c.cols << " heads "
           << c.heads << " pad " << c.pad << (inplace ? " inplace" : "");
-        EXPECT_CLOSE(s.str(), read(gpu, yg), read(cpu, yc), bound(act, 2));
+        EXPECT_CLOSE(s.str(), read_act(gpu, yg), read_act(cpu, yc), rounding_steps(act, 2));
       }
     }
   }
@@ -335,7 +244,7 @@ TEST(BackendOps, AddAndAddRmsNorm) {
   for (DType act : kActs) {
     for (auto [rows, cols] :
          {std::pair<std::int64_t, std::int64_t>{1, 1}, {31, 33}, {32, 576}, {33, 1536}}) {
-      Mem mg, mc;
+      DeviceMem mg, mc;
       auto a = randn(rng, static_cast<std::size_t>(rows * cols), 2.0f, act);
       auto b = randn(rng, a.size(), 1.0f, act);
       auto w = randn(rng, static_cast<std::size_t>(cols), 1.0f, DType::kF32);
@@ -348,15 +257,18 @@ TEST(BackendOps, AddAndAddRmsNorm) {
         Act yc = mc.act(cpu, act, std::vector<float>(a.size()), rows, cols);
         gpu.add({ag, bg, yg, act});
         cpu.add({ac, bc, yc, act});
-        EXPECT_CLOSE("add " + s.str(), read(gpu, yg), read(cpu, yc), bound(act, 1));
+        EXPECT_CLOSE("add " + s.str(), read_act(gpu, yg), read_act(cpu, yc),
+                     rounding_steps(act, 1));
       }
       if (gpu.supports(sig_of(Op::kAddRmsNorm, act))) {
         Act yg = mg.act(gpu, act, std::vector<float>(a.size()), rows, cols);
         Act yc = mc.act(cpu, act, std::vector<float>(a.size()), rows, cols);
         gpu.add_rms_norm({ag, bg, mg.vec(gpu, w), 1e-6f, yg, act});
         cpu.add_rms_norm({ac, bc, mc.vec(cpu, w), 1e-6f, yc, act});
-        EXPECT_CLOSE("add_rms_norm(h) " + s.str(), read(gpu, ag), read(cpu, ac), bound(act, 1));
-        EXPECT_CLOSE("add_rms_norm(y) " + s.str(), read(gpu, yg), read(cpu, yc), bound(act, 2));
+        EXPECT_CLOSE("add_rms_norm(h) " + s.str(), read_act(gpu, ag), read_act(cpu, ac),
+                     rounding_steps(act, 1));
+        EXPECT_CLOSE("add_rms_norm(y) " + s.str(), read_act(gpu, yg), read_act(cpu, yc),
+                     rounding_steps(act, 2));
       }
     }
   }
@@ -370,7 +282,7 @@ TEST(BackendOps, GatedActivation) {
     for (Activation fn : {Activation::kSilu, Activation::kGeluApprox}) {
       for (auto [rows, cols] :
            {std::pair<std::int64_t, std::int64_t>{1, 33}, {31, 1536}, {33, 576}}) {
-        Mem mg, mc;
+        DeviceMem mg, mc;
         auto g = randn(rng, static_cast<std::size_t>(rows * cols), 3.0f, act);
         auto u = randn(rng, g.size(), 1.0f, act);
         // g and u as halves of one [rows, 2 * cols] row (the fused gate_up output).
@@ -388,7 +300,7 @@ TEST(BackendOps, GatedActivation) {
         std::ostringstream s;
         s << "gated_activation " << (fn == Activation::kSilu ? "silu " : "gelu_approx ") << tag(act)
           << " rows " << rows << " cols " << cols;
-        EXPECT_CLOSE(s.str(), read(gpu, og), read(cpu, oc), bound(act, 3));
+        EXPECT_CLOSE(s.str(), read_act(gpu, og), read_act(cpu, oc), rounding_steps(act, 3));
       }
     }
   }
@@ -412,7 +324,7 @@ TEST(BackendOps, EmbedAndGatherRows) {
 
       std::vector<std::int32_t> ids = {0, 96, 5, 5, 17, 42, 95, 1, 33};
       for (float scale : {1.0f, bf16(std::sqrt(static_cast<float>(dim))).to_float()}) {
-        Mem mg, mc;
+        DeviceMem mg, mc;
         Act og = mg.act(gpu, act, std::vector<float>(ids.size() * dim),
                         static_cast<std::int64_t>(ids.size()), dim);
         Act oc = mc.act(cpu, act, std::vector<float>(ids.size() * dim),
@@ -430,14 +342,14 @@ TEST(BackendOps, EmbedAndGatherRows) {
         eg.round = ec.round = act;
         gpu.embed(eg);
         cpu.embed(ec);
-        auto want = read(cpu, oc);
-        for (auto& v : want) v = round_to(act, v);  // the CPU keeps fp32 containers
-        EXPECT_CLOSE("embed " + sig.str() + " scale " + std::to_string(scale), read(gpu, og), want,
-                     bound(act, 1));
+        auto want = read_act(cpu, oc);
+        for (auto& v : want) v = quant::round_to(act, v);  // the CPU keeps fp32 containers
+        EXPECT_CLOSE("embed " + sig.str() + " scale " + std::to_string(scale), read_act(gpu, og),
+                     want, rounding_steps(act, 1));
       }
     }
     if (!gpu.supports(sig_of(Op::kGatherRows, act))) continue;
-    Mem mg, mc;
+    DeviceMem mg, mc;
     auto src = randn(rng, 40 * 576, 1.0f, act);
     std::vector<std::int32_t> rows = {39, 0, 7, 7, 31};
     Act sg = mg.act(gpu, act, src, 40, 576, 5), sc = mc.act(cpu, act, src, 40, 576, 5);
@@ -445,7 +357,7 @@ TEST(BackendOps, EmbedAndGatherRows) {
     Act dc = mc.act(cpu, act, std::vector<float>(rows.size() * 576), 5, 576);
     gpu.gather_rows({sg, mg.vec(gpu, rows), rows.data(), 5, dg});
     cpu.gather_rows({sc, mc.vec(cpu, rows), rows.data(), 5, dc});
-    EXPECT_CLOSE("gather_rows " + tag(act), read(gpu, dg), read(cpu, dc), 0.0);
+    EXPECT_CLOSE("gather_rows " + tag(act), read_act(gpu, dg), read_act(cpu, dc), 0.0);
   }
 }
 
@@ -471,7 +383,7 @@ TEST(BackendOps, Linear) {
       for (const Shape& sh : shapes) {
         if (f.group_size && sh.k % f.group_size) continue;
         HostMatrix h = random_matrix(rng, f, sh.n, sh.k);
-        Mem mg, mc;
+        DeviceMem mg, mc;
         const Matrix wg = upload_matrix(gpu, mg, h), wc = upload_matrix(cpu, mc, h);
         const auto bias = randn(rng, static_cast<std::size_t>(sh.n), 0.5f, DType::kF32);
         const float* bg = mg.vec(gpu, bias);
@@ -489,8 +401,8 @@ TEST(BackendOps, Linear) {
           std::ostringstream s;
           s << "linear " << sig.str() << " m " << m << " k " << sh.k << " n " << sh.n
             << (with_bias ? " bias" : "") << (pad ? " strided" : "");
-          EXPECT_CLOSE(s.str(), read(gpu, yg), read(cpu, yc),
-                       act == DType::kF32 ? 2e-5 : bound(act, 2));
+          EXPECT_CLOSE(s.str(), read_act(gpu, yg), read_act(cpu, yc),
+                       act == DType::kF32 ? 2e-5 : rounding_steps(act, 2));
           ++ran;
         }
       }
@@ -532,7 +444,7 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
             report("rope/attention SKIPPED " + sr.str(), -1, 0);
             continue;
           }
-          Mem mg, mc;
+          DeviceMem mg, mc;
           KvLayout kv;
           kv.n_layers = n_layers;
           kv.n_kv_heads = Hk;
@@ -576,7 +488,7 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
             const std::int64_t T = static_cast<std::int64_t>(st.pos.size());
             std::vector<std::int32_t> lens =
                 si == 0 ? std::vector<std::int32_t>{33, 40} : std::vector<std::int32_t>{34, 41};
-            auto view = [&](Backend& be, Mem& mem) {
+            auto view = [&](Backend& be, DeviceMem& mem) {
               StepView v;
               v.n_tokens = T;
               v.n_seqs = 2;
@@ -632,14 +544,15 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
             s << tag(act) << " head_dim " << hd << " rope " << rc.name << " window " << window
               << (si == 0 ? " prefill T=73" : " decode T=2");
             // f32: CUDA/HIP and glibc cosf/sinf differ by up to 2 ulp at angles of tens of radians.
-            EXPECT_CLOSE("rope_kv_append(q,k) " + s.str(), read(gpu, xg), read(cpu, xc),
-                         bound(act, act == DType::kF32 ? 3 : 1));
+            EXPECT_CLOSE("rope_kv_append(q,k) " + s.str(), read_act(gpu, xg), read_act(cpu, xc),
+                         rounding_steps(act, act == DType::kF32 ? 3 : 1));
             Act og = mg.act(gpu, act, std::vector<float>(T * qn), T, qn);
             Act oc = mc.act(cpu, act, std::vector<float>(T * qn), T, qn);
             const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
             gpu.attention({xg.sub(0, qn), Hq, kg, layer, window, scale, vg, og, act});
             cpu.attention({xc.sub(0, qn), Hq, kc, layer, window, scale, vc, oc, act});
-            EXPECT_CLOSE("attention " + s.str(), read(gpu, og), read(cpu, oc), bound(act, 4));
+            EXPECT_CLOSE("attention " + s.str(), read_act(gpu, og), read_act(cpu, oc),
+                         rounding_steps(act, 4));
           }
           // The whole pool (both layers: layer 0 must stay untouched).
           Act pg{kg.base, act, 1, static_cast<std::int64_t>(kv.bytes() / dtype_size(act)),
@@ -647,8 +560,8 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
           Act pc{kc.base, act, pg.rows, pg.cols, pg.stride};
           std::ostringstream s;
           s << "kv_cache " << tag(act) << " head_dim " << hd << " rope " << rc.name;
-          EXPECT_CLOSE(s.str(), read(gpu, pg), read(cpu, pc),
-                       bound(act, act == DType::kF32 ? 3 : 1));
+          EXPECT_CLOSE(s.str(), read_act(gpu, pg), read_act(cpu, pc),
+                       rounding_steps(act, act == DType::kF32 ? 3 : 1));
         }
       }
     }
@@ -666,7 +579,7 @@ TEST(BackendOps, MoeRoute) {
       for (int K : {1, 2, 8}) {
         for (bool norm : {false, true}) {
           const std::int64_t T = 33;
-          Mem mg, mc;
+          DeviceMem mg, mc;
           auto gates = randn(rng, static_cast<std::size_t>(T * E), 2.0f, act);
           Act gg = mg.act(gpu, act, gates, T, E, 3), gc = mc.act(cpu, act, gates, T, E, 3);
           std::vector<std::int32_t> ec(static_cast<std::size_t>(T * K));
@@ -697,7 +610,7 @@ TEST(BackendOps, MoeRoute) {
           std::ostringstream s;
           s << "moe_route " << tag(act) << " E " << E << " top_k " << K << (norm ? " norm" : "");
           EXPECT_EQ(set_diff, 0) << s.str();
-          EXPECT_CLOSE(s.str(), got, want, bound(act, 2));
+          EXPECT_CLOSE(s.str(), got, want, rounding_steps(act, 2));
         }
       }
     }
@@ -733,11 +646,11 @@ TEST(BackendOps, MoeExperts) {
           if (b == a) b = (a + 1) % static_cast<int>(E);
           experts.push_back(a);
           experts.push_back(b);
-          const float w0 = round_to(act, 0.3f + 0.4f * static_cast<float>(t % 3) / 3.0f);
+          const float w0 = quant::round_to(act, 0.3f + 0.4f * static_cast<float>(t % 3) / 3.0f);
           weights.push_back(w0);
-          weights.push_back(round_to(act, 1.0f - w0));
+          weights.push_back(quant::round_to(act, 1.0f - w0));
         }
-        Mem mg, mc;
+        DeviceMem mg, mc;
         auto x = randn(rng, static_cast<std::size_t>(T * H), 1.0f, act);
         MoeExpertsArgs ag, ac;
         ag.x = mg.act(gpu, act, x, T, H, 4);
@@ -760,7 +673,7 @@ TEST(BackendOps, MoeExperts) {
         cpu.moe_experts(ac);
         std::ostringstream s;
         s << "moe_experts " << sig.str() << " T " << T << " E " << E << " top_k " << K;
-        EXPECT_CLOSE(s.str(), read(gpu, ag.out), read(cpu, ac.out), bound(act, 4));
+        EXPECT_CLOSE(s.str(), read_act(gpu, ag.out), read_act(cpu, ac.out), rounding_steps(act, 4));
       }
     }
   }
@@ -782,18 +695,21 @@ TEST(BackendOps, Sample) {
     }
     for (std::int64_t vocab : {1LL, 33LL, 1000LL, 151936LL}) {
       const std::int64_t n_logit_rows = 3;
-      std::vector<float> logits = randn(rng, static_cast<std::size_t>(n_logit_rows * vocab), 2.0f, act);
+      std::vector<float> logits =
+          randn(rng, static_cast<std::size_t>(n_logit_rows * vocab), 2.0f, act);
       for (std::int64_t r = 0; r < n_logit_rows; ++r) {
         float* row = logits.data() + r * vocab;
         for (int j = 0; j < 6 && j < vocab; ++j)
-          row[(j * 7919 + r) % vocab] = round_to(act, 9.0f - static_cast<float>(j % 3));  // ties
+          row[(j * 7919 + r) % vocab] =
+              quant::round_to(act, 9.0f - static_cast<float>(j % 3));  // ties
       }
       std::vector<SampleRow> rows;
-      std::vector<SampleProc> procs = {{0, SampleProcKind::kBias, 4.0f},
-                                       {static_cast<std::int32_t>(vocab / 2), SampleProcKind::kRepetition, 1.3f},
-                                       {static_cast<std::int32_t>(vocab / 2), SampleProcKind::kSubtract, 0.4f},
-                                       {static_cast<std::int32_t>(vocab - 1), SampleProcKind::kSubtract, 0.25f},
-                                       {static_cast<std::int32_t>(vocab - 1), SampleProcKind::kSubtract, 0.25f}};
+      std::vector<SampleProc> procs = {
+          {0, SampleProcKind::kBias, 4.0f},
+          {static_cast<std::int32_t>(vocab / 2), SampleProcKind::kRepetition, 1.3f},
+          {static_cast<std::int32_t>(vocab / 2), SampleProcKind::kSubtract, 0.4f},
+          {static_cast<std::int32_t>(vocab - 1), SampleProcKind::kSubtract, 0.25f},
+          {static_cast<std::int32_t>(vocab - 1), SampleProcKind::kSubtract, 0.25f}};
       const std::int64_t words = (vocab + 31) / 32;
       std::vector<std::uint32_t> masks(static_cast<std::size_t>(words), 0u);
       for (std::int64_t t = 0; t < vocab; t += 3) masks[t >> 5] |= 1u << (t & 31);  // every third
@@ -806,14 +722,15 @@ TEST(BackendOps, Sample) {
         if (kind == 2 || kind == 7) r.top_p = kind == 2 ? 0.9f : 0.35f;
         if (kind == 3) r.log_min_p = std::log(0.05f), r.min_keep = 4;
         if (kind == 4 || kind == 7) r.top_k = kind == 4 ? 5 : 40;
-        if (kind == 6) r.proc_begin = 0, r.proc_end = static_cast<std::int32_t>(procs.size()), r.mask_row = 0;
+        if (kind == 6)
+          r.proc_begin = 0, r.proc_end = static_cast<std::int32_t>(procs.size()), r.mask_row = 0;
         r.n_top = i % 3 == 0 ? 5 : 0;
         r.seed = 1234 + i / 8;
         r.stream = i % 2;
         r.position = static_cast<std::uint64_t>(i);
         rows.push_back(r);
       }
-      auto run = [&](Backend& be, Mem& m) {
+      auto run = [&](Backend& be, DeviceMem& m) {
         SampleArgs a;
         a.logits = m.act(be, act, logits, n_logit_rows, vocab);
         a.n = static_cast<std::int64_t>(rows.size());
@@ -828,19 +745,22 @@ TEST(BackendOps, Sample) {
         be.sample(a);
         return read_raw<SampleOut>(be, a.out, rows.size());
       };
-      Mem mg, mc;
+      DeviceMem mg, mc;
       const auto got = run(gpu, mg), want = run(cpu, mc);
-      const std::string sig = "sample " + std::string(dtype_name(act)) + " vocab " + std::to_string(vocab);
+      const std::string sig =
+          "sample " + std::string(dtype_name(act)) + " vocab " + std::to_string(vocab);
       int token_mismatch = 0;
       double lp_err = 0;
       for (std::size_t i = 0; i < rows.size(); ++i) {
-        EXPECT_EQ(static_cast<int>(got[i].status), static_cast<int>(want[i].status)) << sig << " row " << i;
+        EXPECT_EQ(static_cast<int>(got[i].status), static_cast<int>(want[i].status))
+            << sig << " row " << i;
         if (got[i].token != want[i].token) ++token_mismatch;
         EXPECT_EQ(got[i].token, want[i].token) << sig << " row " << i << " (kind " << i % 8 << ")";
         EXPECT_EQ(got[i].n_top, want[i].n_top) << sig;
         for (int j = 0; j < want[i].n_top && j < got[i].n_top; ++j) {
           EXPECT_EQ(got[i].top_ids[j], want[i].top_ids[j]) << sig << " row " << i << " top " << j;
-          lp_err = std::max(lp_err, static_cast<double>(std::fabs(got[i].top_logprobs[j] - want[i].top_logprobs[j])));
+          lp_err = std::max(lp_err, static_cast<double>(std::fabs(got[i].top_logprobs[j] -
+                                                                  want[i].top_logprobs[j])));
         }
         lp_err = std::max(lp_err, static_cast<double>(std::fabs(got[i].logprob - want[i].logprob)));
       }
