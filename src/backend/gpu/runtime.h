@@ -58,7 +58,7 @@ class Stream {
   void* handle() const { return handle_; }
   int device() const { return device_; }
   // Waits for all work; an asynchronous fault or a wait beyond the watchdog limit
-  // (MLXCEL_GPU_WATCHDOG_MS, default 120000) becomes a device_fault Error naming `op`.
+  // (MLXCEL_GPU_WATCHDOG_SECS or MLXCEL_GPU_WATCHDOG_MS, default 120 s) becomes a device_fault Error naming `op`.
   void synchronize(const char* op = "stream synchronize") const;
 
  private:
