@@ -126,6 +126,10 @@ for i, t in enumerate(tpls):
 PY
 
 seed_base=${FUZZ_SEED:-1}
+# Function names and a stack in sanitizer reports.
+sym=$(command -v llvm-symbolizer-19 || command -v llvm-symbolizer || true)
+[ -n "$sym" ] && export ASAN_SYMBOLIZER_PATH="$sym" UBSAN_SYMBOLIZER_PATH="$sym"
+export UBSAN_OPTIONS="print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 failures=()
 run() {
   local target=$1 seconds=$2 seed_dir=$3 index=$4
