@@ -2,6 +2,7 @@
 // accumulation. Few rows (decode, M <= 8, and expert-indexed MoE rows): a GEMV with one warp per
 // output column that streams each weight once for all rows. More rows (prefill): a 64x64 tiled
 // GEMM over 32-wide K slices staged through shared memory. Same source for CUDA and HIP.
+#include <algorithm>
 #include <string>
 
 #include "backend/gpu/common.cuh"
@@ -23,6 +24,7 @@ struct LinParams {
   const float* bias = nullptr;
   void* y = nullptr;
   std::int64_t y_stride = 0, m = 0;
+  std::int64_t row_block0 = 0;  // GEMV: the first row block of this launch (grid.y <= 65,535)
   int round = 0;
 };
 
@@ -51,7 +53,7 @@ __global__ void gemv_kernel(LinParams p) {
   const std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kGemvWarps + warp;
   if (n >= p.w.n) return;
   const int per = p.experts ? 1 : kGemvRows;
-  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * per;
+  const std::int64_t m0 = (p.row_block0 + static_cast<std::int64_t>(blockIdx.y)) * per;
   const int mc = static_cast<int>(p.m - m0 < per ? p.m - m0 : per);
   const WPtrs wp = wptrs(p, m0);
   const T* x = static_cast<const T*>(p.x);
@@ -160,8 +162,18 @@ void launch(const LinParams& p, bool gemm, const Stream& s) {
     dim3 grid(blocks_for(p.w.n, kTile), blocks_for(p.m, kTile));
     gemm_kernel<T, F><<<grid, kThreads, 0, st>>>(p);
   } else {
-    dim3 grid(blocks_for(p.w.n, kGemvWarps), blocks_for(p.m, p.experts ? 1 : kGemvRows));
-    gemv_kernel<T, F><<<grid, kGemvWarps * MLXCEL_WARP_SIZE, 0, st>>>(p);
+    // Expert-indexed rows are one block row each: a MoE step of T tokens x top_k experts can
+    // pass grid.y's 65,535 (16 sequences prefilling 512 tokens into a top-8 MoE), so the rows go
+    // in launches of at most that many block rows.
+    constexpr std::int64_t kMaxGridY = 65535;
+    const std::int64_t row_blocks = blocks_for(p.m, p.experts ? 1 : kGemvRows);
+    for (std::int64_t b0 = 0; b0 < row_blocks; b0 += kMaxGridY) {
+      LinParams q = p;
+      q.row_block0 = b0;
+      const dim3 grid(blocks_for(p.w.n, kGemvWarps),
+                      static_cast<unsigned>(std::min(kMaxGridY, row_blocks - b0)));
+      gemv_kernel<T, F><<<grid, kGemvWarps * MLXCEL_WARP_SIZE, 0, st>>>(q);
+    }
   }
 }
 
