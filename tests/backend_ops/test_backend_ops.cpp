@@ -568,6 +568,143 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
   }
 }
 
+// Long contexts: a 300-token step (one block per (token, head) walking 64-key spans) against the
+// CPU, then the same queries as 1- and 3-token decode steps (the split-KV launch: one block per
+// span, the last one merging) must give bit-identical rows: batch invariance, prefill == decode.
+TEST(BackendOps, AttentionLongContextBatchInvariant) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(11);
+  const int Hq = 9, Hk = 3, bs = 16, n_blocks = 20;
+  const std::int64_t L = 300;
+  for (DType act : {DType::kBF16, DType::kF32}) {
+    for (int hd : {64, 128, 256}) {
+      for (std::int64_t window : {std::int64_t{0}, std::int64_t{100}}) {
+        const OpSignature sa = sig_of(Op::kAttention, act, hd);
+        if (!gpu.supports(sa)) {
+          report("attention SKIPPED " + sa.str(), -1, 0);
+          continue;
+        }
+        DeviceMem mg, mc;
+        KvLayout kv;
+        kv.n_layers = 1;
+        kv.n_kv_heads = Hk;
+        kv.head_dim = hd;
+        kv.v_dim = hd;
+        kv.block_size = bs;
+        kv.dtype = act;
+        kv.num_blocks = n_blocks;
+        const std::int64_t pool = static_cast<std::int64_t>(kv.bytes() / dtype_size(act));
+        const auto pool_vals = randn(rng, static_cast<std::size_t>(pool), 1.0f, act);
+        KvLayout kg = kv, kc = kv;
+        kg.base = mg.act(gpu, act, pool_vals, 1, pool).data;
+        kc.base = mc.act(cpu, act, pool_vals, 1, pool).data;
+        std::vector<std::int32_t> table(n_blocks);
+        for (int i = 0; i < n_blocks; ++i) table[i] = (i * 7) % n_blocks;  // scattered blocks
+        const std::int64_t qn = Hq * hd;
+        const auto q_all = randn(rng, static_cast<std::size_t>(L * qn), 1.0f, act);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        // One step over the query rows `rows` (their positions), all of sequence 0.
+        auto run = [&](Backend& be, DeviceMem& mem, const KvLayout& k,
+                       const std::vector<std::int32_t>& rows) {
+          const std::int64_t T = static_cast<std::int64_t>(rows.size());
+          std::vector<float> q;
+          for (std::int32_t r : rows)
+            q.insert(q.end(), q_all.begin() + r * qn, q_all.begin() + (r + 1) * qn);
+          std::vector<std::int32_t> seq(rows.size(), 0);
+          std::vector<std::int32_t> lens = {static_cast<std::int32_t>(L)};
+          StepView v;
+          v.n_tokens = T;
+          v.n_seqs = 1;
+          v.max_blocks = n_blocks;
+          v.positions = mem.vec(be, rows);
+          v.seq_of_token = mem.vec(be, seq);
+          v.block_tables = mem.vec(be, table);
+          v.seq_lens = mem.vec(be, lens);
+          v.tokens = v.positions;
+          v.host_positions = v.host_tokens = rows.data();
+          v.host_seq_of_token = seq.data();
+          v.host_block_tables = table.data();
+          Act qa = mem.act(be, act, q, T, qn);
+          Act o = mem.act(be, act, std::vector<float>(static_cast<std::size_t>(T * qn)), T, qn);
+          be.attention({qa, Hq, k, 0, window, scale, v, o, act});
+          return read_act(be, o);
+        };
+        std::vector<std::int32_t> all(L);
+        for (std::int64_t i = 0; i < L; ++i) all[i] = static_cast<std::int32_t>(i);
+        const auto full = run(gpu, mg, kg, all);
+        std::ostringstream s;
+        s << "attention long " << tag(act) << " head_dim " << hd << " window " << window << " L "
+          << L;
+        EXPECT_CLOSE(s.str(), full, run(cpu, mc, kc, all), rounding_steps(act, 4));
+        for (const std::vector<std::int32_t>& rows :
+             {std::vector<std::int32_t>{299}, std::vector<std::int32_t>{100, 200, 299},
+              std::vector<std::int32_t>{63, 64, 65, 127, 128}}) {
+          const auto got = run(gpu, mg, kg, rows);
+          for (std::size_t i = 0; i < rows.size(); ++i) {
+            const std::vector<float> want(full.begin() + rows[i] * qn,
+                                          full.begin() + (rows[i] + 1) * qn);
+            const std::vector<float> row(got.begin() + static_cast<std::int64_t>(i) * qn,
+                                         got.begin() + static_cast<std::int64_t>(i + 1) * qn);
+            EXPECT_EQ(row, want) << s.str() << ": position " << rows[i] << " in a "
+                                 << rows.size() << "-token step differs from the " << L
+                                 << "-token step";
+          }
+        }
+      }
+    }
+  }
+}
+
+// Decode GEMV batch invariance: a row's output must not depend on the rows beside it (1, 9 or 40
+// rows: the M = 1 and the 4-rows-per-block launches), for every quantized format and K that
+// splits over 1, 2 and 4 warps; and the result stays close to the CPU's.
+TEST(BackendOps, LinearBatchInvariant) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(12);
+  const std::int64_t n = 577;
+  for (const WeightFormat& f : weight_formats()) {
+    if (f.mode == QMode::kNone) continue;
+    const DType act = DType::kBF16;
+    const OpSignature sig = weight_sig(Op::kLinear, act, f);
+    if (!gpu.supports(sig)) {
+      report("linear SKIPPED " + sig.str(), -1, 0);
+      continue;
+    }
+    for (std::int64_t k : {std::int64_t{1536}, std::int64_t{2560}, std::int64_t{4224}}) {
+      if (k % f.group_size) continue;
+      HostMatrix h = random_matrix(rng, f, n, k);
+      DeviceMem mg, mc;
+      const Matrix wg = upload_matrix(gpu, mg, h), wc = upload_matrix(cpu, mc, h);
+      const std::int64_t M = 40;
+      const auto x = randn(rng, static_cast<std::size_t>(M * k), 1.0f, act);
+      auto run = [&](std::int64_t m0, std::int64_t m) {
+        std::vector<float> xs(x.begin() + m0 * k, x.begin() + (m0 + m) * k);
+        Act xg = mg.act(gpu, act, xs, m, k);
+        Act yg = mg.act(gpu, act, std::vector<float>(static_cast<std::size_t>(m * n)), m, n);
+        gpu.linear({xg, wg, nullptr, yg, act});
+        return read_act(gpu, yg);
+      };
+      const auto all = run(0, M);
+      Act xc = mc.act(cpu, act, x, M, k);
+      Act yc = mc.act(cpu, act, std::vector<float>(static_cast<std::size_t>(M * n)), M, n);
+      cpu.linear({xc, wc, nullptr, yc, act});
+      std::ostringstream s;
+      s << "linear batch " << sig.str() << " m " << M << " k " << k << " n " << n;
+      EXPECT_CLOSE(s.str(), all, read_act(cpu, yc), rounding_steps(act, 2));
+      auto same_rows = [&](const std::vector<float>& got, std::int64_t m0, std::int64_t m) {
+        for (std::int64_t i = 0; i < m; ++i) {
+          const std::vector<float> want(all.begin() + (m0 + i) * n, all.begin() + (m0 + i + 1) * n);
+          const std::vector<float> row(got.begin() + i * n, got.begin() + (i + 1) * n);
+          EXPECT_EQ(row, want) << s.str() << ": row " << m0 + i << " computed among " << m
+                               << " rows differs from the 40-row result";
+        }
+      };
+      same_rows(run(17, 1), 17, 1);
+      same_rows(run(3, 9), 3, 9);
+    }
+  }
+}
+
 // --- MoE ---------------------------------------------------------------------------------------
 
 TEST(BackendOps, MoeRoute) {

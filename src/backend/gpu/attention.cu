@@ -1,8 +1,23 @@
 // Paged attention for prefill and decode: every token's query heads against its sequence's cached
-// keys at positions <= its own (and within the sliding window), GQA, one online softmax
-// (Milakov & Gimelshein) per (token, head) in fp32. One warp per (token, head): each lane scores
-// one key of a 32-key (warp-wide) slice, the warp takes the slice's max and sum, then
-// accumulates V with the lanes splitting v_dim. Same source for CUDA and HIP.
+// keys at positions <= its own (and within the sliding window), GQA, fp32 online softmax
+// (Milakov & Gimelshein) per (token, head).
+//
+// Keys are cut into fixed spans of kSpan positions. One block of kWarps warps computes a span's
+// partial (max, sum, unnormalized V) for one (token, head): warp w scores keys w*16 .. w*16+15 of
+// the span with the lanes splitting head_dim (coalesced rows, one warp_sum per key), then the
+// warps' partials merge in warp order. Two launch shapes use that same span code and the same
+// span-after-span merge (explicit fmaf / __fmul_rn, so no contraction differs between them):
+//  - split (flash-decoding; small steps such as decode): one block per (span, head, token), grid
+//    independent of the real lengths; every block stores its partial in the workspace and the
+//    last block of a (token, head) to finish (an atomic counter) merges the spans in position
+//    order and writes the output. One launch, all SMs busy at batch 1.
+//  - one block per (token, head) walking its spans itself (large steps such as prefill, which
+//    already fill the GPU).
+// A token's output is therefore bit-identical whichever shape ran: decode is batch invariant and
+// equals prefill. Same source for CUDA and HIP.
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
 #include "backend/gpu/reduce.cuh"
@@ -10,9 +25,17 @@
 namespace mlxcel::gpu {
 namespace {
 
-constexpr int kWarps = 4;     // heads per block
-constexpr int kMaxDim = 256;  // head_dim and v_dim limit
-constexpr int kVPerLane = kMaxDim / MLXCEL_WARP_SIZE;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * MLXCEL_WARP_SIZE;
+constexpr int kSpan = 64;                      // key positions per span
+constexpr int kKeysPerWarp = kSpan / kWarps;   // 16
+constexpr int kMaxDim = 256;                   // head_dim and v_dim limit
+constexpr int kPer = kMaxDim / MLXCEL_WARP_SIZE;   // head_dim elements per lane
+constexpr int kDPer = (kMaxDim + kThreads - 1) / kThreads;  // v_dim elements per thread (merge)
+// Split launches: below this many (token, head) pairs the one-block shape leaves SMs idle.
+constexpr std::int64_t kSplitBelowPairs = 2048;
+constexpr std::size_t kMaxWorkspace = std::size_t{256} << 20;
+constexpr std::size_t kCounterBytes = kSplitBelowPairs * sizeof(int);
 
 struct AttnParams {
   const void* q;
@@ -29,87 +52,275 @@ struct AttnParams {
   void* out;
   std::int64_t out_stride;
   int round;
+  // Split shape: spans per (token, head) in the workspace, the counters and the partials.
+  std::int64_t n_spans;
+  int* counters;
+  float* partials;
 };
 
-// grid (T, ceil(n_heads / kWarps)), kWarps warps.
-template <typename T, typename KT>
-__global__ void attention_kernel(AttnParams p) {
-  __shared__ float qs[kWarps][kMaxDim];
+struct Smem {
+  float q[kMaxDim];
+  float wacc[kWarps][kMaxDim];
+  float wm[kWarps], wl[kWarps];
+  float pacc[kMaxDim];  // the span's partial after the warp merge
+  float pm, pl;
+  int last;
+};
+
+struct TokenHead {
+  std::int64_t pos, first;
+  int g;
+  const std::int32_t* table;
+};
+
+__device__ __forceinline__ TokenHead token_head(const AttnParams& p, std::int64_t t, int h) {
+  TokenHead th;
+  th.pos = p.positions[t];
+  th.first = p.window > 0 && th.pos - p.window + 1 > 0 ? th.pos - p.window + 1 : 0;
+  th.g = h / (p.n_heads / p.n_kv_heads);
+  th.table = p.block_tables + static_cast<std::int64_t>(p.seq_of_token[t]) * p.max_blocks;
+  return th;
+}
+
+template <typename T>
+__device__ __forceinline__ void load_q(const AttnParams& p, Smem& sm, std::int64_t t, int h) {
+  const T* q = static_cast<const T*>(p.q) + t * p.q_stride + static_cast<std::int64_t>(h) * p.head_dim;
+  for (int d = threadIdx.x; d < p.head_dim; d += kThreads) sm.q[d] = to_f32(q[d]) * p.scale;
+}
+
+template <typename KT>
+__device__ __forceinline__ const KT* kv_row(const AttnParams& p, const TokenHead& th,
+                                            std::int64_t j, bool v) {
+  const std::int64_t blk = th.table[j / p.block_size], off = j % p.block_size;
+  const char* b = p.base + static_cast<std::size_t>(blk) * p.block_bytes + p.layer_offset +
+                  (v ? p.k_block_bytes : 0);
+  const int dim = v ? p.v_dim : p.head_dim;
+  return reinterpret_cast<const KT*>(b) + (static_cast<std::int64_t>(th.g) * p.block_size + off) * dim;
+}
+
+// The span's partial into sm.pm / sm.pl / sm.pacc (all threads call it; ends synchronized).
+template <typename KT>
+__device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th, std::int64_t span) {
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
-  const std::int64_t t = blockIdx.x;
-  const int h = blockIdx.y * kWarps + warp;
-  const bool active = h < p.n_heads;
-  if (active) {
-    const T* q =
-        static_cast<const T*>(p.q) + t * p.q_stride + static_cast<std::int64_t>(h) * p.head_dim;
-    for (int d = lane; d < p.head_dim; d += MLXCEL_WARP_SIZE) qs[warp][d] = to_f32(q[d]) * p.scale;
+  const std::int64_t j0 = span * kSpan + warp * kKeysPerWarp;
+  float qr[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int d = lane + i * MLXCEL_WARP_SIZE;
+    qr[i] = d < p.head_dim ? sm.q[d] : 0.0f;
   }
-  __syncthreads();
-  if (!active) return;
-  const int g = h / (p.n_heads / p.n_kv_heads);
-  const std::int64_t pos = p.positions[t];
-  const std::int64_t first = p.window > 0 && pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
-  const std::int32_t* table =
-      p.block_tables + static_cast<std::int64_t>(p.seq_of_token[t]) * p.max_blocks;
-  auto k_row = [&](std::int64_t j) {
-    const std::int64_t blk = table[j / p.block_size], off = j % p.block_size;
-    const char* b = p.base + static_cast<std::size_t>(blk) * p.block_bytes + p.layer_offset;
-    return reinterpret_cast<const KT*>(b) +
-           (static_cast<std::int64_t>(g) * p.block_size + off) * p.head_dim;
-  };
-  auto v_row = [&](std::int64_t j) {
-    const std::int64_t blk = table[j / p.block_size], off = j % p.block_size;
-    const char* b =
-        p.base + static_cast<std::size_t>(blk) * p.block_bytes + p.layer_offset + p.k_block_bytes;
-    return reinterpret_cast<const KT*>(b) +
-           (static_cast<std::int64_t>(g) * p.block_size + off) * p.v_dim;
-  };
-  float m = -INFINITY, l = 0.0f;
-  float acc[kVPerLane];
+  float s[kKeysPerWarp];
 #pragma unroll
-  for (int i = 0; i < kVPerLane; ++i) acc[i] = 0.0f;
-  for (std::int64_t j0 = first; j0 <= pos; j0 += MLXCEL_WARP_SIZE) {
-    const std::int64_t j = j0 + lane;
-    float s = -INFINITY;
-    if (j <= pos) {
-      const KT* kr = k_row(j);
-      float dot = 0.0f;
-      for (int d = 0; d < p.head_dim; ++d) dot += qs[warp][d] * to_f32(kr[d]);
-      s = dot;
-    }
-    const float mx = warp_max(s);
-    const float nm = fmaxf(m, mx);  // finite: lane 0's key j0 <= pos is always valid
-    const float c = expf(m - nm);
-    const float pr = j <= pos ? expf(s - nm) : 0.0f;
-    l = l * c + warp_sum(pr);
+  for (int c = 0; c < kKeysPerWarp; c += 4) {
+    float dot[4];
 #pragma unroll
-    for (int i = 0; i < kVPerLane; ++i) acc[i] *= c;
-    const std::int64_t n = pos - j0 + 1 < MLXCEL_WARP_SIZE ? pos - j0 + 1 : MLXCEL_WARP_SIZE;
-    for (int jj = 0; jj < n; ++jj) {
-      const float pj = gpu_shfl(pr, jj);
-      const KT* vr = v_row(j0 + jj);
+    for (int e = 0; e < 4; ++e) {
+      dot[e] = 0.0f;
+      const std::int64_t j = j0 + c + e;
+      if (j >= th.first && j <= th.pos) {
+        const KT* kr = kv_row<KT>(p, th, j, false);
 #pragma unroll
-      for (int i = 0; i < kVPerLane; ++i) {
-        const int d = lane + i * MLXCEL_WARP_SIZE;
-        if (d < p.v_dim) acc[i] += pj * to_f32(vr[d]);
+        for (int i = 0; i < kPer; ++i) {
+          const int d = lane + i * MLXCEL_WARP_SIZE;
+          if (d < p.head_dim) dot[e] = fmaf(qr[i], to_f32(kr[d]), dot[e]);
+        }
       }
     }
-    m = nm;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const std::int64_t j = j0 + c + e;
+      s[c + e] = (j >= th.first && j <= th.pos) ? warp_sum(dot[e]) : -INFINITY;
+    }
   }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  float mw = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kKeysPerWarp; ++j) mw = fmaxf(mw, s[j]);
+  float lw = 0.0f;
+  float acc[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
+  if (mw != -INFINITY) {
+#pragma unroll
+    for (int j = 0; j < kKeysPerWarp; ++j) {
+      if (s[j] == -INFINITY) continue;  // warp-uniform
+      const float pj = expf(s[j] - mw);
+      lw += pj;
+      const KT* vr = kv_row<KT>(p, th, j0 + j, true);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int d = lane + i * MLXCEL_WARP_SIZE;
+        if (d < p.v_dim) acc[i] = fmaf(pj, to_f32(vr[d]), acc[i]);
+      }
+    }
+  }
+  if (lane == 0) {
+    sm.wm[warp] = mw;
+    sm.wl[warp] = lw;
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int d = lane + i * MLXCEL_WARP_SIZE;
+    if (d < p.v_dim) sm.wacc[warp][d] = acc[i];
+  }
+  __syncthreads();
+  float m = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm.wm[w]);
+  float c[kWarps];
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) c[w] = sm.wm[w] == -INFINITY ? 0.0f : expf(sm.wm[w] - m);
+  for (int d = threadIdx.x; d < p.v_dim; d += kThreads) {
+    float a = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) a = fmaf(sm.wacc[w][d], c[w], a);
+    sm.pacc[d] = a;
+  }
+  if (threadIdx.x == 0) {
+    float l = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) l = fmaf(sm.wl[w], c[w], l);
+    sm.pm = m;
+    sm.pl = l;
+  }
+  __syncthreads();
+}
+
+// Running state of one (token, head): thread tid holds v_dim elements tid, tid + kThreads, ...
+struct Running {
+  float m = -INFINITY, l = 0.0f;
+  float acc[kDPer];
+};
+
+// state = merge(state, span partial); the one sequence both launch shapes run, span by span.
+template <typename P>
+__device__ __forceinline__ void merge(Running& r, float m2, float l2, P acc2, int v_dim) {
+  if (m2 == -INFINITY) return;
+  const float nm = fmaxf(r.m, m2);
+  const float c1 = r.m == -INFINITY ? 0.0f : expf(r.m - nm);
+  const float c2 = expf(m2 - nm);
+  r.l = fmaf(l2, c2, __fmul_rn(r.l, c1));
+#pragma unroll
+  for (int i = 0; i < kDPer; ++i) {
+    const int d = threadIdx.x + i * kThreads;
+    if (d < v_dim) r.acc[i] = fmaf(acc2[d], c2, __fmul_rn(r.acc[i], c1));
+  }
+  r.m = nm;
+}
+
+template <typename T>
+__device__ __forceinline__ void write_out(const AttnParams& p, const Running& r, std::int64_t t, int h) {
+  const float inv = r.l > 0.0f ? 1.0f / r.l : 0.0f;
   T* o = static_cast<T*>(p.out) + t * p.out_stride + static_cast<std::int64_t>(h) * p.v_dim;
 #pragma unroll
-  for (int i = 0; i < kVPerLane; ++i) {
-    const int d = lane + i * MLXCEL_WARP_SIZE;
-    if (d < p.v_dim) store(o, d, acc[i] * inv, p.round);
+  for (int i = 0; i < kDPer; ++i) {
+    const int d = threadIdx.x + i * kThreads;
+    if (d < p.v_dim) store(o, d, __fmul_rn(r.acc[i], inv), p.round);
   }
+}
+
+__device__ __forceinline__ void init(Running& r) {
+#pragma unroll
+  for (int i = 0; i < kDPer; ++i) r.acc[i] = 0.0f;
+}
+
+// grid (T, n_heads): one block per (token, head) walking its spans.
+template <typename T, typename KT>
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
+  __shared__ Smem sm;
+  const std::int64_t t = blockIdx.x;
+  const int h = blockIdx.y;
+  const TokenHead th = token_head(p, t, h);
+  load_q<T>(p, sm, t, h);
+  __syncthreads();
+  Running r;
+  init(r);
+  for (std::int64_t z = th.first / kSpan; z <= th.pos / kSpan; ++z) {
+    span_partial<KT>(p, sm, th, z);
+    merge(r, sm.pm, sm.pl, sm.pacc, p.v_dim);
+    __syncthreads();  // sm.pacc is rewritten by the next span
+  }
+  write_out<T>(p, r, t, h);
+}
+
+// grid (n_spans, n_heads, T): one block per (span, head, token); the last to finish merges.
+template <typename T, typename KT>
+__global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p) {
+  __shared__ Smem sm;
+  const std::int64_t span = blockIdx.x, t = blockIdx.z;
+  const int h = blockIdx.y;
+  const TokenHead th = token_head(p, t, h);
+  const std::int64_t z0 = th.first / kSpan, z1 = th.pos / kSpan;
+  if (span < z0 || span > z1) return;  // block-uniform, before any barrier
+  load_q<T>(p, sm, t, h);
+  __syncthreads();
+  span_partial<KT>(p, sm, th, span);
+  const std::int64_t pair = t * p.n_heads + h;
+  const std::int64_t stride = p.v_dim + 2;
+  float* part = p.partials + (pair * p.n_spans + span) * stride;
+  for (int d = threadIdx.x; d < p.v_dim; d += kThreads) part[2 + d] = sm.pacc[d];
+  if (threadIdx.x == 0) {
+    part[0] = sm.pm;
+    part[1] = sm.pl;
+  }
+  __threadfence();  // the partial is visible device-wide before the counter says so
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int done = atomicAdd(p.counters + pair, 1);
+    sm.last = done == static_cast<int>(z1 - z0);
+  }
+  __syncthreads();
+  if (!sm.last) return;
+  __threadfence();
+  if (threadIdx.x == 0) p.counters[pair] = 0;  // ready for the next launch on this stream
+  Running r;
+  init(r);
+  for (std::int64_t z = z0; z <= z1; ++z) {
+    const volatile float* pz = p.partials + (pair * p.n_spans + z) * stride;
+    merge(r, pz[0], pz[1], pz + 2, p.v_dim);
+  }
+  write_out<T>(p, r, t, h);
+}
+
+struct Plan {
+  bool split = false;
+  std::int64_t n_spans = 0;
+  std::size_t counter_bytes = 0, bytes = 0;
+};
+
+bool split_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("MLXCEL_GPU_SPLIT_KV");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+Plan plan(const backend::AttentionArgs& a) {
+  Plan pl;
+  const std::int64_t pairs = a.step.n_tokens * a.n_heads;
+  pl.n_spans = (a.step.max_blocks * a.kv.block_size + kSpan - 1) / kSpan;
+  if (!split_enabled() || pairs >= kSplitBelowPairs || pl.n_spans <= 1) return pl;
+  // A fixed counter region (zeroed once with the workspace; every launch leaves it zero), so a
+  // later step with another token count never reads old partials as counters.
+  pl.counter_bytes = kCounterBytes;
+  pl.bytes = pl.counter_bytes + static_cast<std::size_t>(pairs) *
+                                    static_cast<std::size_t>(pl.n_spans) *
+                                    static_cast<std::size_t>(a.kv.v_dim + 2) * sizeof(float);
+  pl.split = pl.bytes <= kMaxWorkspace;
+  if (!pl.split) pl.bytes = 0;
+  return pl;
 }
 
 }  // namespace
 
 namespace kernels {
 
-void attention(const backend::AttentionArgs& a, const Stream& s) {
+AttentionWorkspace attention_workspace(const backend::AttentionArgs& a) {
+  const Plan pl = plan(a);
+  return {pl.bytes, pl.counter_bytes};
+}
+
+void attention(const backend::AttentionArgs& a, void* workspace, const Stream& s) {
   const std::int64_t n_tok = a.step.n_tokens;
   if (n_tok == 0) return;
   const backend::KvLayout& kv = a.kv;
@@ -120,6 +331,8 @@ void attention(const backend::AttentionArgs& a, const Stream& s) {
                     " above the GPU kernel's 256; run with --device cpu");
   MLXCEL_CHECK(a.q.dtype == a.out.dtype && a.n_heads % kv.n_kv_heads == 0, ErrorCategory::kInternal,
                "gpu attention: dtype or head mismatch");
+  const Plan pl = plan(a);
+  MLXCEL_CHECK(!pl.split || workspace, ErrorCategory::kInternal, "gpu attention: no workspace");
   AttnParams p;
   p.q = a.q.data;
   p.q_stride = a.q.stride;
@@ -141,13 +354,23 @@ void attention(const backend::AttentionArgs& a, const Stream& s) {
   p.out = a.out.data;
   p.out_stride = a.out.stride;
   p.round = round_code(a.round);
+  p.n_spans = pl.n_spans;
+  p.counters = pl.split ? static_cast<int*>(workspace) : nullptr;
+  p.partials = pl.split ? reinterpret_cast<float*>(static_cast<char*>(workspace) + pl.counter_bytes)
+                        : nullptr;
   auto st = static_cast<gpuStream_t>(s.handle());
-  const dim3 grid(static_cast<unsigned>(n_tok), blocks_for(a.n_heads, kWarps));
   dispatch_act(a.q.dtype, "attention", [&](auto tag) {
     using A = decltype(tag);
     dispatch_act(kv.dtype, "attention (KV cache dtype)", [&](auto ktag) {
       using K = decltype(ktag);
-      attention_kernel<A, K><<<grid, kWarps * MLXCEL_WARP_SIZE, 0, st>>>(p);
+      if (pl.split) {
+        const dim3 grid(static_cast<unsigned>(pl.n_spans), static_cast<unsigned>(a.n_heads),
+                        static_cast<unsigned>(n_tok));
+        attention_split_kernel<A, K><<<grid, kThreads, 0, st>>>(p);
+      } else {
+        const dim3 grid(static_cast<unsigned>(n_tok), static_cast<unsigned>(a.n_heads));
+        attention_kernel<A, K><<<grid, kThreads, 0, st>>>(p);
+      }
     });
   });
   check_launch("attention", s.device());

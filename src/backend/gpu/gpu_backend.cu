@@ -125,6 +125,17 @@ void* GpuBackend::scratch(std::size_t bytes) {
   return scratch_.data();
 }
 
+void* GpuBackend::attention_workspace(std::size_t bytes, std::size_t zeroed_bytes) {
+  if (attn_ws_.bytes() < bytes) {
+    // Grows with the context (one span partial per 64 positions): headroom so a decode does not
+    // reallocate every few spans. Freed memory goes back to the caching allocator after the
+    // work queued on our one stream.
+    attn_ws_ = DeviceBuffer(bytes + bytes / 2, device_, "attention workspace");
+    memset_device(attn_ws_.data(), 0, zeroed_bytes, *stream_);
+  }
+  return attn_ws_.data();
+}
+
 void GpuBackend::embed(const backend::EmbedArgs& a) {
   run("embed", [&] { kernels::embed(a, *stream_); });
 }
@@ -144,7 +155,11 @@ void GpuBackend::rope_kv_append(const backend::RopeKvAppendArgs& a) {
   run("rope_kv_append", [&] { kernels::rope_kv_append(a, *stream_); });
 }
 void GpuBackend::attention(const backend::AttentionArgs& a) {
-  run("attention", [&] { kernels::attention(a, *stream_); });
+  run("attention", [&] {
+    const kernels::AttentionWorkspace ws = kernels::attention_workspace(a);
+    kernels::attention(a, ws.bytes ? attention_workspace(ws.bytes, ws.zeroed_bytes) : nullptr,
+                       *stream_);
+  });
 }
 void GpuBackend::gated_activation(const backend::GatedActivationArgs& a) {
   run("gated_activation", [&] { kernels::gated_activation(a, *stream_); });

@@ -50,6 +50,8 @@ class GpuBackend final : public backend::Backend {
   template <typename Fn>
   void run(const char* op, Fn&& fn);
   void* scratch(std::size_t bytes);
+  // Split-KV attention's partials; its first zeroed_bytes (counters) are zero when handed out.
+  void* attention_workspace(std::size_t bytes, std::size_t zeroed_bytes);
 
   BackendKind kind_;
   int device_;
@@ -59,6 +61,7 @@ class GpuBackend final : public backend::Backend {
   bool sync_ops_ = false;
   bool disabled_[static_cast<int>(backend::Op::kCount)] = {};  // MLXCEL_GPU_DISABLE
   DeviceBuffer scratch_;
+  DeviceBuffer attn_ws_;
 };
 
 }  // namespace mlxcel::gpu

@@ -21,7 +21,13 @@ void add(const backend::AddArgs& a, const Stream& s);                           
 void gated_activation(const backend::GatedActivationArgs& a, const Stream& s);  // elementwise.cu
 void linear(const backend::LinearArgs& a, const Stream& s);                     // linear.cu
 void rope_kv_append(const backend::RopeKvAppendArgs& a, const Stream& s);       // rope.cu
-void attention(const backend::AttentionArgs& a, const Stream& s);               // attention.cu
+// Attention's workspace: `bytes` of device memory (0: none needed) whose first `zeroed_bytes`
+// must be zero when first handed out (the kernels leave them zero).
+struct AttentionWorkspace {
+  std::size_t bytes = 0, zeroed_bytes = 0;
+};
+AttentionWorkspace attention_workspace(const backend::AttentionArgs& a);
+void attention(const backend::AttentionArgs& a, void* workspace, const Stream& s);  // attention.cu
 void moe_route(const backend::MoeRouteArgs& a, const Stream& s);                // moe.cu
 void sample(const backend::SampleArgs& a, const Stream& s);                     // sample.cu
 // Scratch: moe_experts_scratch_bytes(a) bytes of device memory.

@@ -1,8 +1,13 @@
 // Linear y = round(x · Wᵀ + bias) for every weight format, dequantizing in-kernel with fp32
-// accumulation. Few rows (decode, M <= 8, and expert-indexed MoE rows): a GEMV with one warp per
-// output column that streams each weight once for all rows. More rows (prefill): a 64x64 tiled
-// GEMM over 32-wide K slices staged through shared memory. Same source for CUDA and HIP.
+// accumulation. Quantized weights with few rows (decode up to 64 rows, and expert-indexed MoE
+// rows): qgemv_kernel, batch invariant. Dense weights with few rows (M <= 8): a GEMV with one
+// warp per output column that streams each weight once for all rows (also the quantized path
+// under MLXCEL_GPU_QGEMV=0). More rows (prefill): a 64x64 tiled GEMM over 32-wide K slices
+// staged through shared memory. Same source for CUDA and HIP.
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/gpu/common.cuh"
@@ -92,6 +97,203 @@ __global__ void gemv_kernel(LinParams p) {
   }
 }
 
+// --- Quantized decode GEMV ---------------------------------------------------------------
+// Few rows of a quantized matrix (decode, up to kQgemvMaxRows rows, and expert-indexed MoE rows).
+// A block of kQWarps warps owns kQCols * (kQWarps / ksplit) output columns: each group of
+// `ksplit` warps shares kQCols columns and splits K between its lanes (lane l of the group's warp
+// w takes 32-weight units (w * 32 + l) + i * ksplit * 32). Per unit a thread loads the columns'
+// packed words and scales once, decodes 8 weights at a time, and applies them to each row's 8 x
+// values (one 16-byte load when rows are aligned), so a weight is decoded once for all rows and
+// an x value converted once for all columns. Codes become floats without integer-to-float
+// conversions (the 2^23 mantissa trick), and affine units factor as s * sum(c x) + b * sum(x).
+// The reduction (per lane, then warp_sum, then the group's warps in order) depends on K only,
+// never on the number of rows: a row's result is the same alone or in a batch of 64.
+constexpr int kQWarps = 4, kQCols = 4;
+constexpr int kQThreads = kQWarps * MLXCEL_WARP_SIZE;
+constexpr int kQgemvMaxRows = 64;
+
+// One column's 32-weight unit: the packed words and its scales (both halves for nvfp4's 16-wide
+// groups; affine also has a bias).
+template <int F>
+struct QUnit {
+  std::uint32_t w[fmt_bits(F)];
+  float s0, s1, b;
+};
+
+template <int F>
+__device__ __forceinline__ void load_qunit(QUnit<F>& q, const WPtrs& wp, const WView& v,
+                                           std::int64_t n, std::int64_t u) {
+  constexpr int B = fmt_bits(F);
+  const std::int64_t k = v.k;
+  const std::uint32_t* row = static_cast<const std::uint32_t*>(wp.w) + n * (k * B / 32) + u * B;
+#pragma unroll
+  for (int i = 0; i < B; ++i) q.w[i] = row[i];
+  q.b = 0.0f;
+  if constexpr (fmt_affine(F)) {
+    const std::int64_t g = n * (k / v.group_size) + (u * 32) / v.group_size;
+    q.s0 = q.s1 = load_code(wp.scales, v.scales_code, g);
+    q.b = load_code(wp.biases, v.scales_code, g);
+  } else if constexpr (F == kNvfp4) {
+    const auto* sc = static_cast<const std::uint8_t*>(wp.scales) + n * (k / 16) + 2 * u;
+    q.s0 = e4m3_value(sc[0]);
+    q.s1 = e4m3_value(sc[1]);
+  } else {
+    q.s0 = q.s1 = e8m0_scale(static_cast<const std::uint8_t*>(wp.scales)[n * (k / 32) + u]);
+  }
+}
+
+// The unscaled value of weight j (0..31, a constant after unrolling) of a unit: the affine code,
+// or the fp4 / fp8 element.
+template <int F>
+__device__ __forceinline__ float qunit_value(const QUnit<F>& q, int j) {
+  constexpr int B = fmt_bits(F);
+  const int bit = j * B, wi = bit >> 5, sh = bit & 31;
+  std::uint32_t c = q.w[wi] >> sh;
+  if (sh + B > 32) c |= q.w[wi + 1] << (32 - sh);
+  c &= (1u << B) - 1u;
+  if constexpr (fmt_affine(F)) {
+    return __uint_as_float(0x4B000000u | c) - 8388608.0f;  // exact for c < 2^23
+  } else if constexpr (F == kMxfp8) {
+    return e4m3_value(c);
+  } else {
+    // E2M1 from its bits: exponent e > 0 gives (1 + m/2) 2^(e-1), e = 0 the subnormal m/2.
+    const std::uint32_t e = (c >> 1) & 3u, m = c & 1u;
+    const std::uint32_t mag = e ? ((e + 126u) << 23) | (m << 22) : (m ? 0x3F000000u : 0u);
+    return __uint_as_float(mag | ((c & 8u) << 28));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, bool vec, float (&v)[8]) {
+  if constexpr (sizeof(T) == 2) {
+    if (vec) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(p);
+      const T* h = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = to_f32(h[e]);
+      return;
+    }
+  } else {
+    if (vec) {
+      const float4 a = reinterpret_cast<const float4*>(p)[0];
+      const float4 b = reinterpret_cast<const float4*>(p)[1];
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) v[e] = to_f32(p[e]);
+}
+
+struct QgemvParams {
+  LinParams p;
+  int ksplit;  // warps per column group: 1, 2 or 4
+  bool vec;    // x rows 16-byte aligned
+};
+
+// grid (column blocks, row blocks); R rows per block (1 for decode at batch 1 and for
+// expert-indexed rows, which may each use another matrix).
+template <typename T, int F, int R>
+__global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
+  const LinParams& p = qp.p;
+  __shared__ float red[kQWarps][R][kQCols];
+  const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
+  const int ks = qp.ksplit, group = warp / ks, gw = warp % ks;
+  const int col_groups = kQWarps / ks;
+  const std::int64_t n0 = (static_cast<std::int64_t>(blockIdx.x) * col_groups + group) * kQCols;
+  const std::int64_t m0 = (p.row_block0 + static_cast<std::int64_t>(blockIdx.y)) * R;
+  const int mc = static_cast<int>(p.m - m0 < R ? p.m - m0 : R);
+  const WPtrs wp = wptrs(p, m0);
+  const T* x = static_cast<const T*>(p.x);
+  const std::int64_t units = p.w.k / 32;
+  float acc[R][kQCols];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < kQCols; ++c) acc[r][c] = 0.0f;
+  for (std::int64_t u = gw * MLXCEL_WARP_SIZE + lane; u < units; u += ks * MLXCEL_WARP_SIZE) {
+    QUnit<F> qu[kQCols];
+#pragma unroll
+    for (int c = 0; c < kQCols; ++c) {
+      const std::int64_t n = n0 + c < p.w.n ? n0 + c : p.w.n - 1;
+      load_qunit<F>(qu[c], wp, p.w, n, u);
+    }
+    float xs[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) xs[r] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float d[R][kQCols];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < kQCols; ++c) d[r][c] = 0.0f;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int j0 = h * 16 + q * 8;
+        float wv[kQCols][8];
+#pragma unroll
+        for (int c = 0; c < kQCols; ++c)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) wv[c][e] = qunit_value<F>(qu[c], j0 + e);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < mc) {
+            float xv[8];
+            load8(x + ((m0 + r) / p.x_div) * p.x_stride + u * 32 + j0, qp.vec, xv);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              if constexpr (fmt_affine(F)) xs[r] += xv[e];
+#pragma unroll
+              for (int c = 0; c < kQCols; ++c) d[r][c] = fmaf(wv[c][e], xv[e], d[r][c]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < kQCols; ++c)
+          acc[r][c] = fmaf(h ? qu[c].s1 : qu[c].s0, d[r][c], acc[r][c]);
+    }
+    if constexpr (fmt_affine(F)) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < kQCols; ++c) acc[r][c] = fmaf(qu[c].b, xs[r], acc[r][c]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r < mc) {
+#pragma unroll
+      for (int c = 0; c < kQCols; ++c) {
+        const float v = warp_sum(acc[r][c]);
+        if (lane == 0) red[warp][r][c] = v;
+      }
+    }
+  }
+  __syncthreads();
+  // One thread per (row, column) of each group adds the group's warps in order.
+  for (int i = threadIdx.x; i < col_groups * R * kQCols; i += kQThreads) {
+    const int g = i / (R * kQCols), r = (i / kQCols) % R, c = i % kQCols;
+    const std::int64_t n = (static_cast<std::int64_t>(blockIdx.x) * col_groups + g) * kQCols + c;
+    if (r >= mc || n >= p.w.n) continue;
+    float s = red[g * ks][r][c];
+    for (int w = 1; w < ks; ++w) s += red[g * ks + w][r][c];
+    store(static_cast<T*>(p.y), (m0 + r) * p.y_stride + n, s + (p.bias ? p.bias[n] : 0.0f),
+          p.round);
+  }
+}
+
+bool qgemv_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("MLXCEL_GPU_QGEMV");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 // grid (ceil(n / 64), ceil(m / 64)), 256 threads, each 4x4 outputs. Per 32-wide K slice, the X
 // tile is staged as fp32 and 64 threads dequantize one weight unit each into shared memory.
 template <typename T, int F>
@@ -155,9 +357,35 @@ __global__ void gemm_kernel(LinParams p) {
   }
 }
 
+template <typename T, int F, int R>
+void launch_qgemv(const LinParams& p, const Stream& s) {
+  auto st = static_cast<gpuStream_t>(s.handle());
+  QgemvParams qp;
+  qp.p = p;
+  const std::int64_t units = p.w.k / 32;
+  qp.ksplit = units >= 4 * MLXCEL_WARP_SIZE ? 4 : units >= 2 * MLXCEL_WARP_SIZE ? 2 : 1;
+  qp.vec = reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
+           (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
+  const int cols_per_block = kQCols * (kQWarps / qp.ksplit);
+  constexpr std::int64_t kMaxGridY = 65535;
+  const std::int64_t row_blocks = blocks_for(p.m, R);
+  for (std::int64_t b0 = 0; b0 < row_blocks; b0 += kMaxGridY) {
+    qp.p.row_block0 = b0;
+    const dim3 grid(blocks_for(p.w.n, cols_per_block),
+                    static_cast<unsigned>(std::min(kMaxGridY, row_blocks - b0)));
+    qgemv_kernel<T, F, R><<<grid, kQThreads, 0, st>>>(qp);
+  }
+}
+
 template <typename T, int F>
 void launch(const LinParams& p, bool gemm, const Stream& s) {
   auto st = static_cast<gpuStream_t>(s.handle());
+  if constexpr (!fmt_dense(F)) {
+    if (qgemv_enabled() && (p.experts || p.m <= kQgemvMaxRows)) {
+      if (p.experts || p.m == 1) return launch_qgemv<T, F, 1>(p, s);
+      return launch_qgemv<T, F, 4>(p, s);
+    }
+  }
   if (gemm) {
     dim3 grid(blocks_for(p.w.n, kTile), blocks_for(p.m, kTile));
     gemm_kernel<T, F><<<grid, kThreads, 0, st>>>(p);
@@ -221,6 +449,7 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   p.y_stride = a.y.stride;
   p.m = rows;
   p.round = round_code(a.round);
+  // Quantized formats: the GEMV up to kQgemvMaxRows rows (launch decides); dense: up to kGemvRows.
   const bool gemm = !a.experts && rows > kGemvRows;
   dispatch_act(a.x.dtype, "linear", [&](auto tag) {
     using T = decltype(tag);
