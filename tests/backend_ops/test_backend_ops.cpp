@@ -593,11 +593,15 @@ TEST(BackendOps, AttentionLongContextBatchInvariant) {
         kv.block_size = bs;
         kv.dtype = act;
         kv.num_blocks = n_blocks;
+        // The pool's bytes in the cache dtype (the CPU stores activations as fp32, not its KV).
         const std::int64_t pool = static_cast<std::int64_t>(kv.bytes() / dtype_size(act));
         const auto pool_vals = randn(rng, static_cast<std::size_t>(pool), 1.0f, act);
+        std::vector<std::uint8_t> pool_bytes(kv.bytes());
+        for (std::int64_t i = 0; i < pool; ++i)
+          quant::store_float(pool_bytes.data(), act, i, pool_vals[static_cast<std::size_t>(i)]);
         KvLayout kg = kv, kc = kv;
-        kg.base = mg.act(gpu, act, pool_vals, 1, pool).data;
-        kc.base = mc.act(cpu, act, pool_vals, 1, pool).data;
+        kg.base = mg.raw(gpu, pool_bytes.data(), pool_bytes.size());
+        kc.base = mc.raw(cpu, pool_bytes.data(), pool_bytes.size());
         std::vector<std::int32_t> table(n_blocks);
         for (int i = 0; i < n_blocks; ++i) table[i] = (i * 7) % n_blocks;  // scattered blocks
         const std::int64_t qn = Hq * hd;

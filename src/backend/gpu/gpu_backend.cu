@@ -24,6 +24,8 @@ GpuBackend::GpuBackend(BackendKind kind, int device) : kind_(kind), device_(devi
   stream_ = std::make_unique<Stream>(device);
   const char* e = std::getenv("MLXCEL_GPU_SYNC_OPS");
   sync_ops_ = e && *e && std::string(e) != "0";
+  if (const char* pr = std::getenv("MLXCEL_GPU_PROFILE"); pr && *pr && std::string(pr) != "0")
+    timer_ = std::make_unique<OpTimer>(device);
   // MLXCEL_GPU_DISABLE=add_rms_norm,sample,...: the backend stops claiming these ops (diagnosis
   // on hardware we cannot reach). A fused op with an unfused twin in src/ops (add_rms_norm) then
   // runs as basic ops; any other disabled op makes the model refuse to load on this device.
@@ -42,6 +44,7 @@ GpuBackend::~GpuBackend() {
     stream_->synchronize("backend shutdown");
   } catch (...) {
   }
+  timer_.reset();  // prints the profile
 }
 
 bool GpuBackend::supports(const OpSignature& sig) const {
@@ -109,10 +112,12 @@ void GpuBackend::synchronize() {
 }
 
 template <typename Fn>
-void GpuBackend::run(const char* op, Fn&& fn) {
+void GpuBackend::run(const char* op, Fn&& fn, const char* detail) {
   ensure_device(device_);
   last_op_ = op;
+  if (timer_) timer_->begin(static_cast<gpuStream_t>(stream_->handle()));
   fn();
+  if (timer_) timer_->end(static_cast<gpuStream_t>(stream_->handle()), detail ? detail : op);
   if (sync_ops_) stream_->synchronize(op);
 }
 
@@ -149,7 +154,15 @@ void GpuBackend::add_rms_norm(const backend::AddRmsNormArgs& a) {
   run("add_rms_norm", [&] { kernels::add_rms_norm(a, *stream_); });
 }
 void GpuBackend::linear(const backend::LinearArgs& a) {
-  run("linear", [&] { kernels::linear(a, *stream_); });
+  std::string detail;
+  if (timer_) {
+    // Profiles split linear by its shape (M bucket x N x K) and format.
+    const std::int64_t m = a.x.rows;
+    detail = "linear M" + std::string(m == 1 ? "=1" : m <= 64 ? "<=64" : ">64") + " " +
+             std::to_string(a.w.n) + "x" + std::to_string(a.w.k) + " " +
+             backend::qmode_name(a.w.mode) + std::to_string(a.w.bits);
+  }
+  run("linear", [&] { kernels::linear(a, *stream_); }, timer_ ? detail.c_str() : nullptr);
 }
 void GpuBackend::rope_kv_append(const backend::RopeKvAppendArgs& a) {
   run("rope_kv_append", [&] { kernels::rope_kv_append(a, *stream_); });

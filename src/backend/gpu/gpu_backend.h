@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/gpu/op_timer.h"
 #include "backend/gpu/runtime.h"
 
 namespace mlxcel::gpu {
@@ -48,7 +49,7 @@ class GpuBackend final : public backend::Backend {
   // Runs one op's launches; names the op in errors and, with MLXCEL_GPU_SYNC_OPS=1, synchronizes
   // after it so an asynchronous fault is pinned to the op that caused it.
   template <typename Fn>
-  void run(const char* op, Fn&& fn);
+  void run(const char* op, Fn&& fn, const char* detail = nullptr);
   void* scratch(std::size_t bytes);
   // Split-KV attention's partials; its first zeroed_bytes (counters) are zero when handed out.
   void* attention_workspace(std::size_t bytes, std::size_t zeroed_bytes);
@@ -62,6 +63,7 @@ class GpuBackend final : public backend::Backend {
   bool disabled_[static_cast<int>(backend::Op::kCount)] = {};  // MLXCEL_GPU_DISABLE
   DeviceBuffer scratch_;
   DeviceBuffer attn_ws_;
+  std::unique_ptr<OpTimer> timer_;  // MLXCEL_GPU_PROFILE=1
 };
 
 }  // namespace mlxcel::gpu

@@ -189,9 +189,10 @@ struct QgemvParams {
   LinParams p;
   int ksplit;  // warps per column group: 1, 2 or 4
   bool vec;    // x rows 16-byte aligned
+  std::int64_t col_block0 = 0;  // the first column block of this launch
 };
 
-// grid (column blocks, row blocks); R rows per block (1 for decode at batch 1 and for
+// grid (row blocks, column blocks); R rows per block (1 for decode at batch 1 and for
 // expert-indexed rows, which may each use another matrix).
 template <typename T, int F, int R>
 __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
@@ -200,8 +201,9 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
   const int ks = qp.ksplit, group = warp / ks, gw = warp % ks;
   const int col_groups = kQWarps / ks;
-  const std::int64_t n0 = (static_cast<std::int64_t>(blockIdx.x) * col_groups + group) * kQCols;
-  const std::int64_t m0 = (p.row_block0 + static_cast<std::int64_t>(blockIdx.y)) * R;
+  const std::int64_t cb = qp.col_block0 + static_cast<std::int64_t>(blockIdx.y);
+  const std::int64_t n0 = (cb * col_groups + group) * kQCols;
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.x) * R;
   const int mc = static_cast<int>(p.m - m0 < R ? p.m - m0 : R);
   const WPtrs wp = wptrs(p, m0);
   const T* x = static_cast<const T*>(p.x);
@@ -277,7 +279,7 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
   // One thread per (row, column) of each group adds the group's warps in order.
   for (int i = threadIdx.x; i < col_groups * R * kQCols; i += kQThreads) {
     const int g = i / (R * kQCols), r = (i / kQCols) % R, c = i % kQCols;
-    const std::int64_t n = (static_cast<std::int64_t>(blockIdx.x) * col_groups + g) * kQCols + c;
+    const std::int64_t n = (cb * col_groups + g) * kQCols + c;
     if (r >= mc || n >= p.w.n) continue;
     float s = red[g * ks][r][c];
     for (int w = 1; w < ks; ++w) s += red[g * ks + w][r][c];
@@ -367,12 +369,14 @@ void launch_qgemv(const LinParams& p, const Stream& s) {
   qp.vec = reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
            (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
   const int cols_per_block = kQCols * (kQWarps / qp.ksplit);
+  // Row blocks in x (fastest, and up to 2^31 - 1 of them): the blocks sharing a column group run
+  // together and read its weights from L2, not DRAM, once per row block.
+  // Column blocks in y, at most 65,535 per launch (a 262k vocabulary over 4-column blocks has more).
   constexpr std::int64_t kMaxGridY = 65535;
-  const std::int64_t row_blocks = blocks_for(p.m, R);
-  for (std::int64_t b0 = 0; b0 < row_blocks; b0 += kMaxGridY) {
-    qp.p.row_block0 = b0;
-    const dim3 grid(blocks_for(p.w.n, cols_per_block),
-                    static_cast<unsigned>(std::min(kMaxGridY, row_blocks - b0)));
+  const std::int64_t col_blocks = blocks_for(p.w.n, cols_per_block);
+  for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
+    qp.col_block0 = c0;
+    const dim3 grid(blocks_for(p.m, R), static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
     qgemv_kernel<T, F, R><<<grid, kQThreads, 0, st>>>(qp);
   }
 }
