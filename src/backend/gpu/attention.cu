@@ -27,10 +27,10 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * MLXCEL_WARP_SIZE;
-constexpr int kSpan = 64;                      // key positions per span
-constexpr int kKeysPerWarp = kSpan / kWarps;   // 16
-constexpr int kMaxDim = 256;                   // head_dim and v_dim limit
-constexpr int kPer = kMaxDim / MLXCEL_WARP_SIZE;   // head_dim elements per lane
+constexpr int kSpan = 64;                                   // key positions per span
+constexpr int kKeysPerWarp = kSpan / kWarps;                // 16
+constexpr int kMaxDim = 256;                                // head_dim and v_dim limit
+constexpr int kPer = kMaxDim / MLXCEL_WARP_SIZE;            // head_dim elements per lane
 constexpr int kDPer = (kMaxDim + kThreads - 1) / kThreads;  // v_dim elements per thread (merge)
 // Split launches: below this many (token, head) pairs the one-block shape leaves SMs idle.
 constexpr std::int64_t kSplitBelowPairs = 2048;
@@ -64,6 +64,9 @@ struct Smem {
   float wm[kWarps], wl[kWarps];
   float pacc[kMaxDim];  // the span's partial after the warp merge
   float pm, pl;
+  // Byte offsets of the span's K and V rows from the pool base (block-table lookups done once,
+  // in parallel); keys outside [first, pos] point at key pos and are masked.
+  std::int64_t kofs[kSpan], vofs[kSpan];
   int last;
 };
 
@@ -84,25 +87,32 @@ __device__ __forceinline__ TokenHead token_head(const AttnParams& p, std::int64_
 
 template <typename T>
 __device__ __forceinline__ void load_q(const AttnParams& p, Smem& sm, std::int64_t t, int h) {
-  const T* q = static_cast<const T*>(p.q) + t * p.q_stride + static_cast<std::int64_t>(h) * p.head_dim;
+  const T* q =
+      static_cast<const T*>(p.q) + t * p.q_stride + static_cast<std::int64_t>(h) * p.head_dim;
   for (int d = threadIdx.x; d < p.head_dim; d += kThreads) sm.q[d] = to_f32(q[d]) * p.scale;
 }
 
-template <typename KT>
-__device__ __forceinline__ const KT* kv_row(const AttnParams& p, const TokenHead& th,
-                                            std::int64_t j, bool v) {
-  const std::int64_t blk = th.table[j / p.block_size], off = j % p.block_size;
-  const char* b = p.base + static_cast<std::size_t>(blk) * p.block_bytes + p.layer_offset +
-                  (v ? p.k_block_bytes : 0);
-  const int dim = v ? p.v_dim : p.head_dim;
-  return reinterpret_cast<const KT*>(b) + (static_cast<std::int64_t>(th.g) * p.block_size + off) * dim;
-}
-
 // The span's partial into sm.pm / sm.pl / sm.pacc (all threads call it; ends synchronized).
+// Every load is unconditional (masked keys read key pos), so a warp's 16 K rows and then its 16
+// V rows are all in flight at once instead of one dependent load chain per key.
 template <typename KT>
-__device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th, std::int64_t span) {
+__device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
+                             std::int64_t span) {
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
-  const std::int64_t j0 = span * kSpan + warp * kKeysPerWarp;
+  if (threadIdx.x < kSpan) {
+    std::int64_t j = span * kSpan + threadIdx.x;
+    j = j < th.first ? th.pos : j > th.pos ? th.pos : j;
+    const std::int64_t blk = th.table[j / p.block_size], off = j % p.block_size;
+    const std::int64_t row = static_cast<std::int64_t>(th.g) * p.block_size + off;
+    const std::int64_t b =
+        blk * static_cast<std::int64_t>(p.block_bytes) + static_cast<std::int64_t>(p.layer_offset);
+    sm.kofs[threadIdx.x] = b + row * p.head_dim * static_cast<std::int64_t>(sizeof(KT));
+    sm.vofs[threadIdx.x] = b + static_cast<std::int64_t>(p.k_block_bytes) +
+                           row * p.v_dim * static_cast<std::int64_t>(sizeof(KT));
+  }
+  __syncthreads();
+  const int k0 = warp * kKeysPerWarp;
+  const std::int64_t j0 = span * kSpan + k0;
   float qr[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
@@ -111,41 +121,34 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
   }
   float s[kKeysPerWarp];
 #pragma unroll
-  for (int c = 0; c < kKeysPerWarp; c += 4) {
-    float dot[4];
+  for (int e = 0; e < kKeysPerWarp; ++e) {
+    const KT* kr = reinterpret_cast<const KT*>(p.base + sm.kofs[k0 + e]);
+    float dot = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      dot[e] = 0.0f;
-      const std::int64_t j = j0 + c + e;
-      if (j >= th.first && j <= th.pos) {
-        const KT* kr = kv_row<KT>(p, th, j, false);
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-          const int d = lane + i * MLXCEL_WARP_SIZE;
-          if (d < p.head_dim) dot[e] = fmaf(qr[i], to_f32(kr[d]), dot[e]);
-        }
-      }
+    for (int i = 0; i < kPer; ++i) {
+      const int d = lane + i * MLXCEL_WARP_SIZE;
+      if (d < p.head_dim) dot = fmaf(qr[i], to_f32(kr[d]), dot);
     }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const std::int64_t j = j0 + c + e;
-      s[c + e] = (j >= th.first && j <= th.pos) ? warp_sum(dot[e]) : -INFINITY;
-    }
+    s[e] = dot;
   }
   float mw = -INFINITY;
 #pragma unroll
-  for (int j = 0; j < kKeysPerWarp; ++j) mw = fmaxf(mw, s[j]);
+  for (int e = 0; e < kKeysPerWarp; ++e) {
+    const std::int64_t j = j0 + e;
+    s[e] = warp_sum(s[e]);
+    if (j < th.first || j > th.pos) s[e] = -INFINITY;
+    mw = fmaxf(mw, s[e]);
+  }
   float lw = 0.0f;
   float acc[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
-  if (mw != -INFINITY) {
+  if (mw != -INFINITY) {  // warp-uniform
 #pragma unroll
-    for (int j = 0; j < kKeysPerWarp; ++j) {
-      if (s[j] == -INFINITY) continue;  // warp-uniform
-      const float pj = expf(s[j] - mw);
+    for (int e = 0; e < kKeysPerWarp; ++e) {
+      const float pj = s[e] == -INFINITY ? 0.0f : expf(s[e] - mw);
       lw += pj;
-      const KT* vr = kv_row<KT>(p, th, j0 + j, true);
+      const KT* vr = reinterpret_cast<const KT*>(p.base + sm.vofs[k0 + e]);
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const int d = lane + i * MLXCEL_WARP_SIZE;
@@ -192,8 +195,8 @@ struct Running {
 };
 
 // state = merge(state, span partial); the one sequence both launch shapes run, span by span.
-template <typename P>
-__device__ __forceinline__ void merge(Running& r, float m2, float l2, P acc2, int v_dim) {
+__device__ __forceinline__ void merge(Running& r, float m2, float l2, const float (&a2)[kDPer],
+                                      int v_dim) {
   if (m2 == -INFINITY) return;
   const float nm = fmaxf(r.m, m2);
   const float c1 = r.m == -INFINITY ? 0.0f : expf(r.m - nm);
@@ -202,13 +205,14 @@ __device__ __forceinline__ void merge(Running& r, float m2, float l2, P acc2, in
 #pragma unroll
   for (int i = 0; i < kDPer; ++i) {
     const int d = threadIdx.x + i * kThreads;
-    if (d < v_dim) r.acc[i] = fmaf(acc2[d], c2, __fmul_rn(r.acc[i], c1));
+    if (d < v_dim) r.acc[i] = fmaf(a2[i], c2, __fmul_rn(r.acc[i], c1));
   }
   r.m = nm;
 }
 
 template <typename T>
-__device__ __forceinline__ void write_out(const AttnParams& p, const Running& r, std::int64_t t, int h) {
+__device__ __forceinline__ void write_out(const AttnParams& p, const Running& r, std::int64_t t,
+                                          int h) {
   const float inv = r.l > 0.0f ? 1.0f / r.l : 0.0f;
   T* o = static_cast<T*>(p.out) + t * p.out_stride + static_cast<std::int64_t>(h) * p.v_dim;
 #pragma unroll
@@ -236,8 +240,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
   init(r);
   for (std::int64_t z = th.first / kSpan; z <= th.pos / kSpan; ++z) {
     span_partial<KT>(p, sm, th, z);
-    merge(r, sm.pm, sm.pl, sm.pacc, p.v_dim);
-    __syncthreads();  // sm.pacc is rewritten by the next span
+    float a2[kDPer];
+#pragma unroll
+    for (int i = 0; i < kDPer; ++i) {
+      const int d = threadIdx.x + i * kThreads;
+      a2[i] = d < p.v_dim ? sm.pacc[d] : 0.0f;
+    }
+    merge(r, sm.pm, sm.pl, a2, p.v_dim);
+    __syncthreads();  // sm.pacc and the row offsets are rewritten by the next span
   }
   write_out<T>(p, r, t, h);
 }
@@ -274,9 +284,25 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p)
   if (threadIdx.x == 0) p.counters[pair] = 0;  // ready for the next launch on this stream
   Running r;
   init(r);
-  for (std::int64_t z = z0; z <= z1; ++z) {
-    const volatile float* pz = p.partials + (pair * p.n_spans + z) * stride;
-    merge(r, pz[0], pz[1], pz + 2, p.v_dim);
+  // Spans in position order, fetched kFetch at a time so their loads overlap.
+  constexpr int kFetch = 8;
+  for (std::int64_t z = z0; z <= z1; z += kFetch) {
+    float m8[kFetch], l8[kFetch], a8[kFetch][kDPer];
+#pragma unroll
+    for (int c = 0; c < kFetch; ++c) {
+      const std::int64_t zz = z + c <= z1 ? z + c : z1;
+      const volatile float* pz = p.partials + (pair * p.n_spans + zz) * stride;
+      m8[c] = pz[0];
+      l8[c] = pz[1];
+#pragma unroll
+      for (int i = 0; i < kDPer; ++i) {
+        const int d = threadIdx.x + i * kThreads;
+        a8[c][i] = d < p.v_dim ? pz[2 + d] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kFetch; ++c)
+      if (z + c <= z1) merge(r, m8[c], l8[c], a8[c], p.v_dim);
   }
   write_out<T>(p, r, t, h);
 }

@@ -122,12 +122,25 @@ struct QUnit {
 
 template <int F>
 __device__ __forceinline__ void load_qunit(QUnit<F>& q, const WPtrs& wp, const WView& v,
-                                           std::int64_t n, std::int64_t u) {
+                                           std::int64_t n, std::int64_t u, bool wvec) {
   constexpr int B = fmt_bits(F);
   const std::int64_t k = v.k;
   const std::uint32_t* row = static_cast<const std::uint32_t*>(wp.w) + n * (k * B / 32) + u * B;
+  if constexpr (B % 4 == 0) {
+    if (wvec) {  // 16-byte aligned matrix: B / 4 vector loads
 #pragma unroll
-  for (int i = 0; i < B; ++i) q.w[i] = row[i];
+      for (int i = 0; i < B / 4; ++i) {
+        const uint4 v4 = reinterpret_cast<const uint4*>(row)[i];
+        q.w[4 * i] = v4.x, q.w[4 * i + 1] = v4.y, q.w[4 * i + 2] = v4.z, q.w[4 * i + 3] = v4.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < B; ++i) q.w[i] = row[i];
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < B; ++i) q.w[i] = row[i];
+  }
   q.b = 0.0f;
   if constexpr (fmt_affine(F)) {
     const std::int64_t g = n * (k / v.group_size) + (u * 32) / v.group_size;
@@ -177,7 +190,8 @@ __device__ __forceinline__ void load8(const T* p, bool vec, float (&v)[8]) {
     if (vec) {
       const float4 a = reinterpret_cast<const float4*>(p)[0];
       const float4 b = reinterpret_cast<const float4*>(p)[1];
-      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z,
+      v[7] = b.w;
       return;
     }
   }
@@ -185,10 +199,63 @@ __device__ __forceinline__ void load8(const T* p, bool vec, float (&v)[8]) {
   for (int e = 0; e < 8; ++e) v[e] = to_f32(p[e]);
 }
 
+// One 32-weight unit of kQCols columns applied to up to R rows: acc[r][c] += W[c, unit] . x[r,
+// unit].
+template <typename T, int F, int R>
+__device__ __forceinline__ void qgemv_unit(float (&acc)[R][kQCols], const QUnit<F> (&qu)[kQCols],
+                                           const T* x, const LinParams& p, std::int64_t m0, int mc,
+                                           std::int64_t u, bool vec) {
+  float xs[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) xs[r] = 0.0f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float d[R][kQCols];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < kQCols; ++c) d[r][c] = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int j0 = h * 16 + q * 8;
+      float wv[kQCols][8];
+#pragma unroll
+      for (int c = 0; c < kQCols; ++c)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) wv[c][e] = qunit_value<F>(qu[c], j0 + e);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r < mc) {
+          float xv[8];
+          load8(x + ((m0 + r) / p.x_div) * p.x_stride + u * 32 + j0, vec, xv);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            if constexpr (fmt_affine(F)) xs[r] += xv[e];
+#pragma unroll
+            for (int c = 0; c < kQCols; ++c) d[r][c] = fmaf(wv[c][e], xv[e], d[r][c]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < kQCols; ++c)
+        acc[r][c] = fmaf(h ? qu[c].s1 : qu[c].s0, d[r][c], acc[r][c]);
+  }
+  if constexpr (fmt_affine(F)) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < kQCols; ++c) acc[r][c] = fmaf(qu[c].b, xs[r], acc[r][c]);
+  }
+}
+
 struct QgemvParams {
   LinParams p;
-  int ksplit;  // warps per column group: 1, 2 or 4
-  bool vec;    // x rows 16-byte aligned
+  int ksplit;                   // warps per column group: 1, 2 or 4
+  bool vec;                     // x rows 16-byte aligned
+  bool wvec;                    // packed weights 16-byte aligned (every row and unit then is)
   std::int64_t col_block0 = 0;  // the first column block of this launch
 };
 
@@ -213,57 +280,23 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int c = 0; c < kQCols; ++c) acc[r][c] = 0.0f;
-  for (std::int64_t u = gw * MLXCEL_WARP_SIZE + lane; u < units; u += ks * MLXCEL_WARP_SIZE) {
-    QUnit<F> qu[kQCols];
+  // Units in increasing order per lane (the reduction order), two at a time: both units' words
+  // and scales are loaded before either is used, so twice the bytes are in flight per thread.
+  const std::int64_t step = static_cast<std::int64_t>(ks) * MLXCEL_WARP_SIZE;
+  auto load = [&](QUnit<F>(&qu)[kQCols], std::int64_t u) {
 #pragma unroll
     for (int c = 0; c < kQCols; ++c) {
       const std::int64_t n = n0 + c < p.w.n ? n0 + c : p.w.n - 1;
-      load_qunit<F>(qu[c], wp, p.w, n, u);
+      load_qunit<F>(qu[c], wp, p.w, n, u, qp.wvec);
     }
-    float xs[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) xs[r] = 0.0f;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float d[R][kQCols];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int c = 0; c < kQCols; ++c) d[r][c] = 0.0f;
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const int j0 = h * 16 + q * 8;
-        float wv[kQCols][8];
-#pragma unroll
-        for (int c = 0; c < kQCols; ++c)
-#pragma unroll
-          for (int e = 0; e < 8; ++e) wv[c][e] = qunit_value<F>(qu[c], j0 + e);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if (r < mc) {
-            float xv[8];
-            load8(x + ((m0 + r) / p.x_div) * p.x_stride + u * 32 + j0, qp.vec, xv);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              if constexpr (fmt_affine(F)) xs[r] += xv[e];
-#pragma unroll
-              for (int c = 0; c < kQCols; ++c) d[r][c] = fmaf(wv[c][e], xv[e], d[r][c]);
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int c = 0; c < kQCols; ++c)
-          acc[r][c] = fmaf(h ? qu[c].s1 : qu[c].s0, d[r][c], acc[r][c]);
-    }
-    if constexpr (fmt_affine(F)) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int c = 0; c < kQCols; ++c) acc[r][c] = fmaf(qu[c].b, xs[r], acc[r][c]);
-    }
+  };
+  for (std::int64_t u = gw * MLXCEL_WARP_SIZE + lane; u < units; u += 2 * step) {
+    const bool second = u + step < units;
+    QUnit<F> qa[kQCols], qb[kQCols];
+    load(qa, u);
+    load(qb, second ? u + step : u);
+    qgemv_unit<T, F, R>(acc, qa, x, p, m0, mc, u, qp.vec);
+    if (second) qgemv_unit<T, F, R>(acc, qb, x, p, m0, mc, u + step, qp.vec);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -365,18 +398,22 @@ void launch_qgemv(const LinParams& p, const Stream& s) {
   QgemvParams qp;
   qp.p = p;
   const std::int64_t units = p.w.k / 32;
-  qp.ksplit = units >= 4 * MLXCEL_WARP_SIZE ? 4 : units >= 2 * MLXCEL_WARP_SIZE ? 2 : 1;
+  // At least 4 units per lane where K allows (bytes in flight), else more warps per column.
+  qp.ksplit = units >= 16 * MLXCEL_WARP_SIZE ? 4 : units >= 8 * MLXCEL_WARP_SIZE ? 2 : 1;
+  qp.wvec = reinterpret_cast<std::uintptr_t>(p.w.w) % 16 == 0 && p.w.expert_stride_w % 16 == 0;
   qp.vec = reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
            (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
   const int cols_per_block = kQCols * (kQWarps / qp.ksplit);
   // Row blocks in x (fastest, and up to 2^31 - 1 of them): the blocks sharing a column group run
   // together and read its weights from L2, not DRAM, once per row block.
-  // Column blocks in y, at most 65,535 per launch (a 262k vocabulary over 4-column blocks has more).
+  // Column blocks in y, at most 65,535 per launch (a 262k vocabulary over 4-column blocks has
+  // more).
   constexpr std::int64_t kMaxGridY = 65535;
   const std::int64_t col_blocks = blocks_for(p.w.n, cols_per_block);
   for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
     qp.col_block0 = c0;
-    const dim3 grid(blocks_for(p.m, R), static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
+    const dim3 grid(blocks_for(p.m, R),
+                    static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
     qgemv_kernel<T, F, R><<<grid, kQThreads, 0, st>>>(qp);
   }
 }
