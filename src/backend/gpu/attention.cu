@@ -29,6 +29,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * MLXCEL_WARP_SIZE;
 constexpr int kSpan = 64;                                   // key positions per span
 constexpr int kKeysPerWarp = kSpan / kWarps;                // 16
+constexpr int kChunk = 4;                                   // keys whose loads overlap
 constexpr int kMaxDim = 256;                                // head_dim and v_dim limit
 constexpr int kPer = kMaxDim / MLXCEL_WARP_SIZE;            // head_dim elements per lane
 constexpr int kDPer = (kMaxDim + kThreads - 1) / kThreads;  // v_dim elements per thread (merge)
@@ -93,8 +94,8 @@ __device__ __forceinline__ void load_q(const AttnParams& p, Smem& sm, std::int64
 }
 
 // The span's partial into sm.pm / sm.pl / sm.pacc (all threads call it; ends synchronized).
-// Every load is unconditional (masked keys read key pos), so a warp's 16 K rows and then its 16
-// V rows are all in flight at once instead of one dependent load chain per key.
+// Every load is unconditional (masked keys read key pos), so a chunk's kChunk K rows (then V
+// rows) are in flight at once instead of one dependent load chain per key.
 template <typename KT>
 __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
                              std::int64_t span) {
@@ -119,40 +120,52 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
     const int d = lane + i * MLXCEL_WARP_SIZE;
     qr[i] = d < p.head_dim ? sm.q[d] : 0.0f;
   }
-  float s[kKeysPerWarp];
+  // The key loops stay rolled over chunks of kChunk keys (their loads in flight together): a
+  // decode launch runs each block once, so its code is fetched cold, and the fully unrolled
+  // 16-key version (55 KB of SASS) spent more time fetching instructions than loading K and V.
+  // Lane e keeps key e's score (masked: -inf); the V loop fetches it with a shuffle.
+  float mw = -INFINITY, my_s = -INFINITY;
+#pragma unroll 1
+  for (int e0 = 0; e0 < kKeysPerWarp; e0 += kChunk) {
+    float s[kChunk];
 #pragma unroll
-  for (int e = 0; e < kKeysPerWarp; ++e) {
-    const KT* kr = reinterpret_cast<const KT*>(p.base + sm.kofs[k0 + e]);
-    float dot = 0.0f;
+    for (int c = 0; c < kChunk; ++c) {
+      const KT* kr = reinterpret_cast<const KT*>(p.base + sm.kofs[k0 + e0 + c]);
+      float dot = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int d = lane + i * MLXCEL_WARP_SIZE;
-      if (d < p.head_dim) dot = fmaf(qr[i], to_f32(kr[d]), dot);
+      for (int i = 0; i < kPer; ++i) {
+        const int d = lane + i * MLXCEL_WARP_SIZE;
+        if (d < p.head_dim) dot = fmaf(qr[i], to_f32(kr[d]), dot);
+      }
+      s[c] = dot;
     }
-    s[e] = dot;
-  }
-  float mw = -INFINITY;
 #pragma unroll
-  for (int e = 0; e < kKeysPerWarp; ++e) {
-    const std::int64_t j = j0 + e;
-    s[e] = warp_sum(s[e]);
-    if (j < th.first || j > th.pos) s[e] = -INFINITY;
-    mw = fmaxf(mw, s[e]);
+    for (int c = 0; c < kChunk; ++c) {
+      const std::int64_t j = j0 + e0 + c;
+      float v = warp_sum(s[c]);
+      if (j < th.first || j > th.pos) v = -INFINITY;
+      mw = fmaxf(mw, v);
+      if (lane == e0 + c) my_s = v;
+    }
   }
   float lw = 0.0f;
   float acc[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
   if (mw != -INFINITY) {  // warp-uniform
+#pragma unroll 1
+    for (int e0 = 0; e0 < kKeysPerWarp; e0 += kChunk) {
 #pragma unroll
-    for (int e = 0; e < kKeysPerWarp; ++e) {
-      const float pj = s[e] == -INFINITY ? 0.0f : expf(s[e] - mw);
-      lw += pj;
-      const KT* vr = reinterpret_cast<const KT*>(p.base + sm.vofs[k0 + e]);
+      for (int c = 0; c < kChunk; ++c) {
+        const float sc = gpu_shfl(my_s, e0 + c);
+        const float pj = sc == -INFINITY ? 0.0f : expf(sc - mw);
+        lw += pj;
+        const KT* vr = reinterpret_cast<const KT*>(p.base + sm.vofs[k0 + e0 + c]);
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const int d = lane + i * MLXCEL_WARP_SIZE;
-        if (d < p.v_dim) acc[i] = fmaf(pj, to_f32(vr[d]), acc[i]);
+        for (int i = 0; i < kPer; ++i) {
+          const int d = lane + i * MLXCEL_WARP_SIZE;
+          if (d < p.v_dim) acc[i] = fmaf(pj, to_f32(vr[d]), acc[i]);
+        }
       }
     }
   }
@@ -285,7 +298,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p)
   Running r;
   init(r);
   // Spans in position order, fetched kFetch at a time so their loads overlap.
-  constexpr int kFetch = 8;
+  constexpr int kFetch = 4;
   for (std::int64_t z = z0; z <= z1; z += kFetch) {
     float m8[kFetch], l8[kFetch], a8[kFetch][kDPer];
 #pragma unroll

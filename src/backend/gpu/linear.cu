@@ -280,23 +280,17 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int c = 0; c < kQCols; ++c) acc[r][c] = 0.0f;
-  // Units in increasing order per lane (the reduction order), two at a time: both units' words
-  // and scales are loaded before either is used, so twice the bytes are in flight per thread.
-  const std::int64_t step = static_cast<std::int64_t>(ks) * MLXCEL_WARP_SIZE;
-  auto load = [&](QUnit<F>(&qu)[kQCols], std::int64_t u) {
+  // Units in increasing order per lane (the reduction order), one per iteration: loading two
+  // before using either (run 12) took 120 registers and was slower, not faster.
+  for (std::int64_t u = gw * MLXCEL_WARP_SIZE + lane; u < units;
+       u += static_cast<std::int64_t>(ks) * MLXCEL_WARP_SIZE) {
+    QUnit<F> qu[kQCols];
 #pragma unroll
     for (int c = 0; c < kQCols; ++c) {
       const std::int64_t n = n0 + c < p.w.n ? n0 + c : p.w.n - 1;
       load_qunit<F>(qu[c], wp, p.w, n, u, qp.wvec);
     }
-  };
-  for (std::int64_t u = gw * MLXCEL_WARP_SIZE + lane; u < units; u += 2 * step) {
-    const bool second = u + step < units;
-    QUnit<F> qa[kQCols], qb[kQCols];
-    load(qa, u);
-    load(qb, second ? u + step : u);
-    qgemv_unit<T, F, R>(acc, qa, x, p, m0, mc, u, qp.vec);
-    if (second) qgemv_unit<T, F, R>(acc, qb, x, p, m0, mc, u + step, qp.vec);
+    qgemv_unit<T, F, R>(acc, qu, x, p, m0, mc, u, qp.vec);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -319,6 +313,20 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
     store(static_cast<T*>(p.y), (m0 + r) * p.y_stride + n, s + (p.bias ? p.bias[n] : 0.0f),
           p.round);
   }
+}
+
+// Warps per column group. Measured on the H200 (run 13, 8B tg128): 2 warps per group gave 141
+// tok/s, 4 gave 134 and 1 gave 122 (run 12's >= 4 units per lane also lost); below 2 units per
+// lane one warp takes the column. MLXCEL_GPU_QGEMV_KSPLIT = 1, 2 or 4 forces one (a measuring
+// knob).
+int qgemv_ksplit(std::int64_t units) {
+  static const int forced = [] {
+    const char* v = std::getenv("MLXCEL_GPU_QGEMV_KSPLIT");
+    const int k = v ? std::atoi(v) : 0;
+    return k == 1 || k == 2 || k == 4 ? k : 0;
+  }();
+  if (forced) return forced;
+  return units >= 2 * MLXCEL_WARP_SIZE ? 2 : 1;
 }
 
 bool qgemv_enabled() {
@@ -398,8 +406,7 @@ void launch_qgemv(const LinParams& p, const Stream& s) {
   QgemvParams qp;
   qp.p = p;
   const std::int64_t units = p.w.k / 32;
-  // At least 4 units per lane where K allows (bytes in flight), else more warps per column.
-  qp.ksplit = units >= 16 * MLXCEL_WARP_SIZE ? 4 : units >= 8 * MLXCEL_WARP_SIZE ? 2 : 1;
+  qp.ksplit = qgemv_ksplit(units);
   qp.wvec = reinterpret_cast<std::uintptr_t>(p.w.w) % 16 == 0 && p.w.expert_stride_w % 16 == 0;
   qp.vec = reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
            (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
