@@ -91,11 +91,15 @@ std::size_t KvLayout::v_block_bytes() const {
   return static_cast<std::size_t>(n_kv_heads) * block_size * v_dim * dtype_size(dtype);
 }
 std::size_t KvLayout::block_bytes() const {
-  return static_cast<std::size_t>(n_layers) * (k_block_bytes() + v_block_bytes());
+  return static_cast<std::size_t>(n_layers) * block_stride();
+}
+std::size_t KvLayout::block_stride() const { return k_block_bytes() + v_block_bytes(); }
+std::size_t KvLayout::layer_stride() const {
+  return static_cast<std::size_t>(num_blocks) * block_stride();
 }
 void* KvLayout::k_block(int layer, std::int32_t block) const {
-  return static_cast<char*>(base) + static_cast<std::size_t>(block) * block_bytes() +
-         static_cast<std::size_t>(layer) * (k_block_bytes() + v_block_bytes());
+  return static_cast<char*>(base) + static_cast<std::size_t>(layer) * layer_stride() +
+         static_cast<std::size_t>(block) * block_stride();
 }
 void* KvLayout::v_block(int layer, std::int32_t block) const {
   return static_cast<char*>(k_block(layer, block)) + k_block_bytes();

@@ -93,6 +93,9 @@ struct Matrix {
 
 // The paged KV pool of one model (runtime/kv_cache.h): one allocation of num_blocks blocks; per
 // block and layer, K [n_kv_heads, block_size, head_dim] then V [n_kv_heads, block_size, v_dim].
+// Layer-major: layer l's blocks fill one region (block b at l * layer_stride() + b *
+// block_stride()), so a sequence's keys for one layer, in consecutively allocated blocks, sit
+// together in a few memory pages rather than one block (all layers of it) per page.
 struct KvLayout {
   void* base = nullptr;
   int n_layers = 0, n_kv_heads = 0, head_dim = 0, v_dim = 0, block_size = 0;
@@ -100,7 +103,9 @@ struct KvLayout {
   std::int64_t num_blocks = 0;
   std::size_t k_block_bytes() const;
   std::size_t v_block_bytes() const;
-  std::size_t block_bytes() const;
+  std::size_t block_bytes() const;   // one block, all layers (capacity accounting)
+  std::size_t block_stride() const;  // from block b to b + 1 within a layer
+  std::size_t layer_stride() const;  // from layer l to l + 1
   std::size_t bytes() const { return block_bytes() * static_cast<std::size_t>(num_blocks); }
   void* k_block(int layer, std::int32_t block) const;
   void* v_block(int layer, std::int32_t block) const;

@@ -218,7 +218,7 @@ TEST(BackendOps, RmsNorm) {
     };
     for (C c : {C{1, 1, 1, 0}, C{3, 31, 1, 2}, C{32, 32, 1, 0}, C{33, 33, 1, 0}, C{5, 576, 1, 7},
                 C{2, 1536, 1, 0}, C{1, 4097, 1, 0}, C{7, 9 * 64, 9, 3 * 64}, C{31, 3 * 128, 3, 0},
-                C{2, 2 * 256, 2, 0}}) {
+                C{2, 2 * 256, 2, 0}, C{2, 9001, 1, 5}}) {  // 9001: past the registers held
       DeviceMem mg, mc;
       auto x = randn(rng, static_cast<std::size_t>(c.rows * c.cols), 1.5f, act);
       auto w = randn(rng, static_cast<std::size_t>(c.cols / c.heads), 1.0f, DType::kF32);
@@ -243,7 +243,8 @@ TEST(BackendOps, AddAndAddRmsNorm) {
   std::mt19937 rng(2);
   for (DType act : kActs) {
     for (auto [rows, cols] :
-         {std::pair<std::int64_t, std::int64_t>{1, 1}, {31, 33}, {32, 576}, {33, 1536}}) {
+         {std::pair<std::int64_t, std::int64_t>{1, 1}, {31, 33}, {32, 576}, {33, 1536}, {3, 4097},
+          {2, 9001}}) {  // 4097 and 9001: 1,024 threads per row, 9001 also past the held values
       DeviceMem mg, mc;
       auto a = randn(rng, static_cast<std::size_t>(rows * cols), 2.0f, act);
       auto b = randn(rng, a.size(), 1.0f, act);

@@ -36,8 +36,10 @@ TEST(KvCache, BlocksAreDisjointAndSized) {
   auto* k1 = static_cast<std::uint8_t*>(pool.k_block(1, 0));
   auto* b1 = static_cast<std::uint8_t*>(pool.k_block(0, 1));
   EXPECT_EQ(v0 - k0, static_cast<std::ptrdiff_t>(pool.config().k_block_bytes()));
-  EXPECT_EQ(k1 - k0, static_cast<std::ptrdiff_t>(2 * pool.config().k_block_bytes()));
-  EXPECT_EQ(b1 - k0, static_cast<std::ptrdiff_t>(pool.config().block_bytes()));
+  // Layer-major: block 1 follows block 0 within a layer; layer 1 starts after all 8 blocks.
+  EXPECT_EQ(b1 - k0, static_cast<std::ptrdiff_t>(2 * pool.config().k_block_bytes()));
+  EXPECT_EQ(k1 - k0, static_cast<std::ptrdiff_t>(8 * 2 * pool.config().k_block_bytes()));
+  EXPECT_EQ(pool.config().block_bytes() * 8, pool.config().bytes());
 }
 
 TEST(KvCache, ReserveCommitAndFullError) {

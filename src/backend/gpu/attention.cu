@@ -43,7 +43,7 @@ struct AttnParams {
   std::int64_t q_stride;
   int n_heads, n_kv_heads, head_dim, v_dim, block_size;
   const char* base;
-  std::size_t block_bytes, layer_offset, k_block_bytes;
+  std::size_t block_stride, layer_offset, k_block_bytes;
   std::int64_t window;
   float scale;
   const std::int32_t* positions;
@@ -106,7 +106,7 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
     const std::int64_t blk = th.table[j / p.block_size], off = j % p.block_size;
     const std::int64_t row = static_cast<std::int64_t>(th.g) * p.block_size + off;
     const std::int64_t b =
-        blk * static_cast<std::int64_t>(p.block_bytes) + static_cast<std::int64_t>(p.layer_offset);
+        blk * static_cast<std::int64_t>(p.block_stride) + static_cast<std::int64_t>(p.layer_offset);
     sm.kofs[threadIdx.x] = b + row * p.head_dim * static_cast<std::int64_t>(sizeof(KT));
     sm.vofs[threadIdx.x] = b + static_cast<std::int64_t>(p.k_block_bytes) +
                            row * p.v_dim * static_cast<std::int64_t>(sizeof(KT));
@@ -120,9 +120,8 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
     const int d = lane + i * MLXCEL_WARP_SIZE;
     qr[i] = d < p.head_dim ? sm.q[d] : 0.0f;
   }
-  // The key loops stay rolled over chunks of kChunk keys (their loads in flight together): a
-  // decode launch runs each block once, so its code is fetched cold, and the fully unrolled
-  // 16-key version (55 KB of SASS) spent more time fetching instructions than loading K and V.
+  // The key loops stay rolled over chunks of kChunk keys, whose loads are in flight together
+  // (a fully unrolled 16-key loop was 55 KB of SASS for no measured gain).
   // Lane e keeps key e's score (masked: -inf); the V loop fetches it with a shuffle.
   float mw = -INFINITY, my_s = -INFINITY;
 #pragma unroll 1
@@ -134,8 +133,10 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
       float dot = 0.0f;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
+        // Unconditional (clamped) loads: beyond head_dim qr is 0. Predicated loads made the
+        // compiler reuse one register, so every load waited for the one before (run 15's SASS).
         const int d = lane + i * MLXCEL_WARP_SIZE;
-        if (d < p.head_dim) dot = fmaf(qr[i], to_f32(kr[d]), dot);
+        dot = fmaf(qr[i], to_f32(kr[d < p.head_dim ? d : p.head_dim - 1]), dot);
       }
       s[c] = dot;
     }
@@ -162,9 +163,9 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
         lw += pj;
         const KT* vr = reinterpret_cast<const KT*>(p.base + sm.vofs[k0 + e0 + c]);
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) {
+        for (int i = 0; i < kPer; ++i) {  // clamped like K; acc beyond v_dim is never stored
           const int d = lane + i * MLXCEL_WARP_SIZE;
-          if (d < p.v_dim) acc[i] = fmaf(pj, to_f32(vr[d]), acc[i]);
+          acc[i] = fmaf(pj, to_f32(vr[d < p.v_dim ? d : p.v_dim - 1]), acc[i]);
         }
       }
     }
@@ -381,8 +382,8 @@ void attention(const backend::AttentionArgs& a, void* workspace, const Stream& s
   p.v_dim = kv.v_dim;
   p.block_size = kv.block_size;
   p.base = static_cast<const char*>(kv.base);
-  p.block_bytes = kv.block_bytes();
-  p.layer_offset = static_cast<std::size_t>(a.layer) * (kv.k_block_bytes() + kv.v_block_bytes());
+  p.block_stride = kv.block_stride();
+  p.layer_offset = static_cast<std::size_t>(a.layer) * kv.layer_stride();
   p.k_block_bytes = kv.k_block_bytes();
   p.window = a.window;
   p.scale = a.scale;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
@@ -120,22 +121,25 @@ struct QUnit {
   float s0, s1, b;
 };
 
+// Where a unit's affine scale and bias sit: groups per row and log2(units per group), computed
+// on the host (a 64-bit division per column and unit cost more than the unit's arithmetic).
+// gshift < 0: a group size that is not 32 << s (never in MLX checkpoints), divided per unit.
+struct GroupIndex {
+  std::int64_t per_row = 0;
+  int shift = -1;
+};
+
 template <int F>
 __device__ __forceinline__ void load_qunit(QUnit<F>& q, const WPtrs& wp, const WView& v,
-                                           std::int64_t n, std::int64_t u, bool wvec) {
+                                           const GroupIndex& gi, std::int64_t n, std::int64_t u) {
   constexpr int B = fmt_bits(F);
   const std::int64_t k = v.k;
   const std::uint32_t* row = static_cast<const std::uint32_t*>(wp.w) + n * (k * B / 32) + u * B;
-  if constexpr (B % 4 == 0) {
-    if (wvec) {  // 16-byte aligned matrix: B / 4 vector loads
+  if constexpr (B % 4 == 0) {  // 16-byte aligned units (qgemv_aligned): B / 4 vector loads
 #pragma unroll
-      for (int i = 0; i < B / 4; ++i) {
-        const uint4 v4 = reinterpret_cast<const uint4*>(row)[i];
-        q.w[4 * i] = v4.x, q.w[4 * i + 1] = v4.y, q.w[4 * i + 2] = v4.z, q.w[4 * i + 3] = v4.w;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < B; ++i) q.w[i] = row[i];
+    for (int i = 0; i < B / 4; ++i) {
+      const uint4 v4 = reinterpret_cast<const uint4*>(row)[i];
+      q.w[4 * i] = v4.x, q.w[4 * i + 1] = v4.y, q.w[4 * i + 2] = v4.z, q.w[4 * i + 3] = v4.w;
     }
   } else {
 #pragma unroll
@@ -143,7 +147,8 @@ __device__ __forceinline__ void load_qunit(QUnit<F>& q, const WPtrs& wp, const W
   }
   q.b = 0.0f;
   if constexpr (fmt_affine(F)) {
-    const std::int64_t g = n * (k / v.group_size) + (u * 32) / v.group_size;
+    const std::int64_t g =
+        n * gi.per_row + (gi.shift >= 0 ? u >> gi.shift : (u * 32) / v.group_size);
     q.s0 = q.s1 = load_code(wp.scales, v.scales_code, g);
     q.b = load_code(wp.biases, v.scales_code, g);
   } else if constexpr (F == kNvfp4) {
@@ -176,35 +181,60 @@ __device__ __forceinline__ float qunit_value(const QUnit<F>& q, int j) {
   }
 }
 
-template <typename T>
-__device__ __forceinline__ void load8(const T* p, bool vec, float (&v)[8]) {
-  if constexpr (sizeof(T) == 2) {
-    if (vec) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(p);
-      const T* h = reinterpret_cast<const T*>(&raw);
+// Weights j0 .. j0 + 7 of a unit (j0 a multiple of 8). Affine 4- and 8-bit codes go from bytes to
+// floats with one byte permute each (0x4B0000cc is 2^23 + c): 4-bit words are split once into
+// the even and odd nibbles; the values and their order are those of qunit_value.
+template <int F>
+__device__ __forceinline__ void qunit_values8(const QUnit<F>& q, int j0, float (&v)[8]) {
+  constexpr int B = fmt_bits(F);
+  if constexpr (fmt_affine(F) && B == 4) {
+    const std::uint32_t w = q.w[j0 / 8];
+    const std::uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = to_f32(h[e]);
-      return;
+    for (int e = 0; e < 8; ++e)
+      v[e] = __uint_as_float(__byte_perm(e & 1 ? hi : lo, 0x4B000000u, 0x7440u | (e >> 1))) -
+             8388608.0f;
+  } else if constexpr (fmt_affine(F) && B == 8) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      v[e] = __uint_as_float(__byte_perm(q.w[(j0 + e) / 4], 0x4B000000u, 0x7440u | (e & 3))) -
+             8388608.0f;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = qunit_value<F>(q, j0 + e);
+  }
+}
+
+// x[0..7] as fp32 from one 16-byte load (qgemv runs only on 16-byte aligned rows); bf16 becomes
+// fp32 by placing its bits, two per 32-bit word, without unpacking 16-bit halves first.
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
+  if constexpr (sizeof(T) == 2) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (std::is_same_v<T, bf16>) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+      } else {
+        v[2 * i] = f16::from_bits(static_cast<std::uint16_t>(w[i])).to_float();
+        v[2 * i + 1] = f16::from_bits(static_cast<std::uint16_t>(w[i] >> 16)).to_float();
+      }
     }
   } else {
-    if (vec) {
-      const float4 a = reinterpret_cast<const float4*>(p)[0];
-      const float4 b = reinterpret_cast<const float4*>(p)[1];
-      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z,
-      v[7] = b.w;
-      return;
-    }
+    const float4 a = reinterpret_cast<const float4*>(p)[0];
+    const float4 b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z,
+    v[7] = b.w;
   }
-#pragma unroll
-  for (int e = 0; e < 8; ++e) v[e] = to_f32(p[e]);
 }
 
 // One 32-weight unit of kQCols columns applied to up to R rows: acc[r][c] += W[c, unit] . x[r,
 // unit].
 template <typename T, int F, int R>
 __device__ __forceinline__ void qgemv_unit(float (&acc)[R][kQCols], const QUnit<F> (&qu)[kQCols],
-                                           const T* x, const LinParams& p, std::int64_t m0, int mc,
-                                           std::int64_t u, bool vec) {
+                                           const T* const (&xr)[R], int mc, std::int64_t u) {
   float xs[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) xs[r] = 0.0f;
@@ -220,14 +250,12 @@ __device__ __forceinline__ void qgemv_unit(float (&acc)[R][kQCols], const QUnit<
       const int j0 = h * 16 + q * 8;
       float wv[kQCols][8];
 #pragma unroll
-      for (int c = 0; c < kQCols; ++c)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) wv[c][e] = qunit_value<F>(qu[c], j0 + e);
+      for (int c = 0; c < kQCols; ++c) qunit_values8<F>(qu[c], j0, wv[c]);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r < mc) {
           float xv[8];
-          load8(x + ((m0 + r) / p.x_div) * p.x_stride + u * 32 + j0, vec, xv);
+          load8(xr[r] + u * 32 + j0, xv);
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
             if constexpr (fmt_affine(F)) xs[r] += xv[e];
@@ -254,8 +282,7 @@ __device__ __forceinline__ void qgemv_unit(float (&acc)[R][kQCols], const QUnit<
 struct QgemvParams {
   LinParams p;
   int ksplit;                   // warps per column group: 1, 2 or 4
-  bool vec;                     // x rows 16-byte aligned
-  bool wvec;                    // packed weights 16-byte aligned (every row and unit then is)
+  GroupIndex groups;            // affine formats
   std::int64_t col_block0 = 0;  // the first column block of this launch
 };
 
@@ -273,24 +300,29 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
   const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.x) * R;
   const int mc = static_cast<int>(p.m - m0 < R ? p.m - m0 : R);
   const WPtrs wp = wptrs(p, m0);
-  const T* x = static_cast<const T*>(p.x);
+  // The rows' x pointers, once (a 64-bit division per row and unit cost more than its FMAs).
+  const T* xr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    xr[r] = static_cast<const T*>(p.x) + ((m0 + (r < mc ? r : 0)) / p.x_div) * p.x_stride;
   const std::int64_t units = p.w.k / 32;
   float acc[R][kQCols];
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int c = 0; c < kQCols; ++c) acc[r][c] = 0.0f;
-  // Units in increasing order per lane (the reduction order), one per iteration: loading two
-  // before using either (run 12) took 120 registers and was slower, not faster.
+  // Units in increasing order per lane (the reduction order), one at a time. Requesting the
+  // next unit before decoding this one (run 15) took 120 registers instead of 96 and made the
+  // 8B's gate_up slower (60 -> 72 us): occupancy hid the latency better than the pipeline.
   for (std::int64_t u = gw * MLXCEL_WARP_SIZE + lane; u < units;
        u += static_cast<std::int64_t>(ks) * MLXCEL_WARP_SIZE) {
     QUnit<F> qu[kQCols];
 #pragma unroll
     for (int c = 0; c < kQCols; ++c) {
       const std::int64_t n = n0 + c < p.w.n ? n0 + c : p.w.n - 1;
-      load_qunit<F>(qu[c], wp, p.w, n, u, qp.wvec);
+      load_qunit<F>(qu[c], wp, p.w, qp.groups, n, u);
     }
-    qgemv_unit<T, F, R>(acc, qu, x, p, m0, mc, u, qp.vec);
+    qgemv_unit<T, F, R>(acc, qu, xr, mc, u);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -400,6 +432,17 @@ __global__ void gemm_kernel(LinParams p) {
   }
 }
 
+// qgemv's loads are 16 bytes wide: x rows and (4- and 8-bit) weight matrices must be 16-byte
+// aligned. MLX checkpoints and our activation buffers are; anything else takes the generic path.
+template <typename T, int F>
+bool qgemv_aligned(const LinParams& p) {
+  const bool x_ok = reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
+                    (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
+  const bool w_ok = fmt_bits(F) % 4 != 0 ||
+                    (reinterpret_cast<std::uintptr_t>(p.w.w) % 16 == 0 && p.w.expert_stride_w % 16 == 0);
+  return x_ok && w_ok;
+}
+
 template <typename T, int F, int R>
 void launch_qgemv(const LinParams& p, const Stream& s) {
   auto st = static_cast<gpuStream_t>(s.handle());
@@ -407,9 +450,12 @@ void launch_qgemv(const LinParams& p, const Stream& s) {
   qp.p = p;
   const std::int64_t units = p.w.k / 32;
   qp.ksplit = qgemv_ksplit(units);
-  qp.wvec = reinterpret_cast<std::uintptr_t>(p.w.w) % 16 == 0 && p.w.expert_stride_w % 16 == 0;
-  qp.vec = reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
-           (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
+  if (fmt_affine(F)) {
+    const int gs = p.w.group_size;
+    qp.groups.per_row = p.w.k / gs;
+    for (int sh = 0; sh < 8; ++sh)
+      if (gs == (32 << sh)) qp.groups.shift = sh;
+  }
   const int cols_per_block = kQCols * (kQWarps / qp.ksplit);
   // Row blocks in x (fastest, and up to 2^31 - 1 of them): the blocks sharing a column group run
   // together and read its weights from L2, not DRAM, once per row block.
@@ -429,7 +475,7 @@ template <typename T, int F>
 void launch(const LinParams& p, bool gemm, const Stream& s) {
   auto st = static_cast<gpuStream_t>(s.handle());
   if constexpr (!fmt_dense(F)) {
-    if (qgemv_enabled() && (p.experts || p.m <= kQgemvMaxRows)) {
+    if (qgemv_enabled() && (p.experts || p.m <= kQgemvMaxRows) && qgemv_aligned<T, F>(p)) {
       if (p.experts || p.m == 1) return launch_qgemv<T, F, 1>(p, s);
       return launch_qgemv<T, F, 4>(p, s);
     }

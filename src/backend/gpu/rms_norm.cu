@@ -1,6 +1,7 @@
 // RMSNorm and fused add+RMSNorm: one block per row, fp32 accumulation, warp/wave butterfly
 // reduction then a shared-memory pass across warps. Same source for CUDA and HIP.
 #include <string>
+#include <type_traits>
 
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/compat.h"
@@ -116,44 +117,90 @@ void add_rms_norm(const void* x, const void* residual, const void* w, void* y, v
 namespace mlxcel::gpu {
 namespace {
 
-template <typename T>
-__global__ void rms_norm_act_kernel(const T* x, std::int64_t x_stride, const float* w, T* y,
-                                    std::int64_t y_stride, std::int64_t heads, std::int64_t hd,
-                                    float eps, int round) {
+// A thread keeps its first kHeld elements of the row in registers between the sum of squares and
+// the scaling (loaded unconditionally from a clamped index, so all are in flight at once); rows
+// longer than kHeld * B continue in a loop. The rolled loops these replace waited one memory round
+// trip per element: 15 us for one 4096-wide row on the H200 (run 16).
+constexpr int kHeld = 8;
+
+// Threads per row: 256 up to 2048 columns, else 1024 (a 4096-wide row in 4 loads per thread).
+template <typename F>
+void with_block(std::int64_t cols, F&& f) {
+  if (cols <= 2048) {
+    f(std::integral_constant<int, 256>{});
+  } else {
+    f(std::integral_constant<int, 1024>{});
+  }
+}
+
+template <typename T, int B>
+__global__ void __launch_bounds__(B) rms_norm_act_kernel(const T* x, std::int64_t x_stride,
+                                                         const float* w, T* y,
+                                                         std::int64_t y_stride, std::int64_t heads,
+                                                         std::int64_t hd, float eps, int round) {
   const std::int64_t row = blockIdx.x / heads, h = blockIdx.x % heads;
   const T* xr = x + row * x_stride + h * hd;
   T* yr = y + row * y_stride + h * hd;
+  float v[kHeld];
   float ss = 0.0f;
-  for (std::int64_t c = threadIdx.x; c < hd; c += blockDim.x) {
-    const float v = to_f32(xr[c]);
-    ss += v * v;
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(i) * B;
+    const float e = to_f32(xr[c < hd ? c : hd - 1]);
+    v[i] = c < hd ? e : 0.0f;
+    ss += v[i] * v[i];
   }
-  ss = block_sum<kBlock>(ss);
+  for (std::int64_t c = threadIdx.x + static_cast<std::int64_t>(kHeld) * B; c < hd; c += B) {
+    const float e = to_f32(xr[c]);
+    ss += e * e;
+  }
+  ss = block_sum<B>(ss);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + eps);
-  for (std::int64_t c = threadIdx.x; c < hd; c += blockDim.x)
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(i) * B;
+    if (c < hd) store(yr, c, rnd(v[i] * inv, round) * w[c], round);
+  }
+  for (std::int64_t c = threadIdx.x + static_cast<std::int64_t>(kHeld) * B; c < hd; c += B)
     store(yr, c, rnd(to_f32(xr[c]) * inv, round) * w[c], round);
 }
 
-template <typename T>
-__global__ void add_rms_norm_act_kernel(T* h, std::int64_t h_stride, const T* d,
-                                        std::int64_t d_stride, const float* w, T* y,
-                                        std::int64_t y_stride, std::int64_t cols, float eps,
-                                        int round) {
+template <typename T, int B>
+__global__ void __launch_bounds__(B)
+    add_rms_norm_act_kernel(T* h, std::int64_t h_stride, const T* d, std::int64_t d_stride,
+                            const float* w, T* y, std::int64_t y_stride, std::int64_t cols,
+                            float eps, int round) {
   const std::int64_t row = blockIdx.x;
   T* hr = h + row * h_stride;
   const T* dr = d + row * d_stride;
-  float ss = 0.0f;
-  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float v = rnd(to_f32(hr[c]) + to_f32(dr[c]), round);
-    hr[c] = from_f32<T>(v);
-    const float vs = to_f32(hr[c]);
-    ss += vs * vs;
-  }
-  ss = block_sum<kBlock>(ss);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(cols) + eps);
-  // Each thread re-reads only the elements it wrote itself.
   T* yr = y + row * y_stride;
-  for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+  float v[kHeld];
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(i) * B;
+    const std::int64_t cc = c < cols ? c : cols - 1;
+    // The stored (rounded) sum is what the norm sees, as in the unfused add then rms_norm.
+    const T sum = from_f32<T>(rnd(to_f32(hr[cc]) + to_f32(dr[cc]), round));
+    v[i] = c < cols ? to_f32(sum) : 0.0f;
+    if (c < cols) hr[c] = sum;
+    ss += v[i] * v[i];
+  }
+  for (std::int64_t c = threadIdx.x + static_cast<std::int64_t>(kHeld) * B; c < cols; c += B) {
+    const T sum = from_f32<T>(rnd(to_f32(hr[c]) + to_f32(dr[c]), round));
+    hr[c] = sum;
+    const float e = to_f32(sum);
+    ss += e * e;
+  }
+  ss = block_sum<B>(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(cols) + eps);
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(i) * B;
+    if (c < cols) store(yr, c, rnd(v[i] * inv, round) * w[c], round);
+  }
+  // Each thread re-reads only the elements it wrote itself.
+  for (std::int64_t c = threadIdx.x + static_cast<std::int64_t>(kHeld) * B; c < cols; c += B)
     store(yr, c, rnd(to_f32(hr[c]) * inv, round) * w[c], round);
 }
 
@@ -169,9 +216,12 @@ void rms_norm(const backend::RmsNormArgs& a, const Stream& s) {
   auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.x.dtype, "rms_norm", [&](auto tag) {
     using T = decltype(tag);
-    rms_norm_act_kernel<T><<<static_cast<unsigned>(rows * heads), kBlock, 0, st>>>(
-        static_cast<const T*>(a.x.data), a.x.stride, a.weight, static_cast<T*>(a.y.data),
-        a.y.stride, heads, a.x.cols / heads, a.eps, round_code(a.round));
+    with_block(a.x.cols / heads, [&](auto bt) {
+      constexpr int B = decltype(bt)::value;
+      rms_norm_act_kernel<T, B><<<static_cast<unsigned>(rows * heads), B, 0, st>>>(
+          static_cast<const T*>(a.x.data), a.x.stride, a.weight, static_cast<T*>(a.y.data),
+          a.y.stride, heads, a.x.cols / heads, a.eps, round_code(a.round));
+    });
   });
   check_launch("rms_norm", s.device());
 }
@@ -184,9 +234,13 @@ void add_rms_norm(const backend::AddRmsNormArgs& a, const Stream& s) {
   auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.h.dtype, "add_rms_norm", [&](auto tag) {
     using T = decltype(tag);
-    add_rms_norm_act_kernel<T><<<static_cast<unsigned>(rows), kBlock, 0, st>>>(
-        static_cast<T*>(a.h.data), a.h.stride, static_cast<const T*>(a.delta.data), a.delta.stride,
-        a.weight, static_cast<T*>(a.y.data), a.y.stride, a.h.cols, a.eps, round_code(a.round));
+    with_block(a.h.cols, [&](auto bt) {
+      constexpr int B = decltype(bt)::value;
+      add_rms_norm_act_kernel<T, B><<<static_cast<unsigned>(rows), B, 0, st>>>(
+          static_cast<T*>(a.h.data), a.h.stride, static_cast<const T*>(a.delta.data),
+          a.delta.stride, a.weight, static_cast<T*>(a.y.data), a.y.stride, a.h.cols, a.eps,
+          round_code(a.round));
+    });
   });
   check_launch("add_rms_norm", s.device());
 }

@@ -51,7 +51,7 @@ struct AppendParams {
   const void* v;
   std::int64_t k_stride, v_stride;
   char* base;
-  std::size_t block_bytes, layer_offset, k_block_bytes;
+  std::size_t block_stride, layer_offset, k_block_bytes;
   int n_kv_heads, head_dim, v_dim, block_size;
   const std::int32_t* positions;
   const std::int32_t* seq_of_token;
@@ -68,7 +68,7 @@ __global__ void kv_append_kernel(AppendParams p) {
       p.block_tables[static_cast<std::int64_t>(p.seq_of_token[t]) * p.max_blocks +
                      pos / p.block_size];
   const std::int64_t off = pos % p.block_size;
-  char* kb = p.base + static_cast<std::size_t>(blk) * p.block_bytes + p.layer_offset;
+  char* kb = p.base + static_cast<std::size_t>(blk) * p.block_stride + p.layer_offset;
   KT* kc = reinterpret_cast<KT*>(kb);
   KT* vc = reinterpret_cast<KT*>(kb + p.k_block_bytes);
   const T* k = static_cast<const T*>(p.k) + t * p.k_stride;
@@ -119,9 +119,8 @@ void rope_kv_append(const backend::RopeKvAppendArgs& a, const Stream& s) {
   p.k_stride = a.k.stride;
   p.v_stride = a.v.stride;
   p.base = static_cast<char*>(a.kv.base);
-  p.block_bytes = a.kv.block_bytes();
-  p.layer_offset =
-      static_cast<std::size_t>(a.layer) * (a.kv.k_block_bytes() + a.kv.v_block_bytes());
+  p.block_stride = a.kv.block_stride();
+  p.layer_offset = static_cast<std::size_t>(a.layer) * a.kv.layer_stride();
   p.k_block_bytes = a.kv.k_block_bytes();
   p.n_kv_heads = a.kv.n_kv_heads;
   p.head_dim = a.kv.head_dim;
