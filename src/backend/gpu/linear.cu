@@ -1,6 +1,7 @@
 // Linear y = round(x · Wᵀ + bias) for every weight format, dequantizing in-kernel with fp32
 // accumulation. Quantized weights with few rows (decode up to 64 rows, and expert-indexed MoE
-// rows): qgemv_kernel, batch invariant. Dense weights with few rows (M <= 8): a GEMV with one
+// rows): qgemv_kernel, batch invariant; affine 4-bit with bf16 / f16 activations on CUDA sm_80+
+// takes the tensor-core qgemv_mma (qgemv_mma.cu) instead. Dense weights with few rows (M <= 8): a GEMV with one
 // warp per output column that streams each weight once for all rows (also the quantized path
 // under MLXCEL_GPU_QGEMV=0). More rows (prefill): a 64x64 tiled GEMM over 32-wide K slices
 // staged through shared memory. Same source for CUDA and HIP.
@@ -13,6 +14,7 @@
 
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
+#include "backend/gpu/linear.cuh"
 #include "backend/gpu/reduce.cuh"
 
 namespace mlxcel::gpu {
@@ -21,35 +23,6 @@ namespace {
 constexpr int kGemvWarps = 4;
 constexpr int kGemvRows = 8;  // activation rows per GEMV block (decode batch)
 constexpr int kTile = 64, kThreads = 256;
-
-struct LinParams {
-  const void* x = nullptr;
-  std::int64_t x_stride = 0, x_div = 1;
-  WView w;
-  const std::int32_t* experts = nullptr;
-  const float* bias = nullptr;
-  void* y = nullptr;
-  std::int64_t y_stride = 0, m = 0;
-  std::int64_t row_block0 = 0;  // GEMV: the first row block of this launch (grid.y <= 65,535)
-  int round = 0;
-};
-
-// Weight pointers of the matrix row m uses (its expert's, for expert-indexed rows).
-struct WPtrs {
-  const void* w;
-  const void* scales;
-  const void* biases;
-};
-__device__ __forceinline__ WPtrs wptrs(const LinParams& p, std::int64_t m) {
-  WPtrs r{p.w.w, p.w.scales, p.w.biases};
-  if (p.experts) {
-    const std::int64_t e = p.experts[m];
-    r.w = static_cast<const char*>(r.w) + e * p.w.expert_stride_w;
-    if (r.scales) r.scales = static_cast<const char*>(r.scales) + e * p.w.expert_stride_s;
-    if (r.biases) r.biases = static_cast<const char*>(r.biases) + e * p.w.expert_stride_s;
-  }
-  return r;
-}
 
 // grid (ceil(n / kGemvWarps), ceil(m / rows_per_block)); warp w of a block computes column n for
 // up to kGemvRows rows (1 row when rows are expert-indexed: each may use another matrix).
@@ -476,6 +449,9 @@ void launch(const LinParams& p, bool gemm, const Stream& s) {
   auto st = static_cast<gpuStream_t>(s.handle());
   if constexpr (!fmt_dense(F)) {
     if (qgemv_enabled() && (p.experts || p.m <= kQgemvMaxRows) && qgemv_aligned<T, F>(p)) {
+      if constexpr (F == kAffine4) {
+        if (qgemv_mma<T>(p, s)) return;
+      }
       if (p.experts || p.m == 1) return launch_qgemv<T, F, 1>(p, s);
       return launch_qgemv<T, F, 4>(p, s);
     }

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Shared preamble of the H200 calls from run 18 on (issue 12): source it from dev/h200_runNN.sh
+# after setting RUN=NN. Binaries are built here and carried in `.gpu` (see docs/development.md).
+#   log MSG                           timestamped line into $R/steps.log and stdout
+#   pack                              tars $R (and the CSV) into $OUT/resultsNN.tgz
+#   run_tests [ENV...]                .gpu/test_backend_ops, its verdict logged
+#   synth_all                         affine4 g64 checkpoints of the three benchmark shapes
+#   b TAG BINARY MODEL BATCH REPEAT [ENV...]   one `mlxcel bench` pp512/tg128 into $CSV
+#   prof TAG BINARY MODEL BATCH [ENV...]       per-op device time (MLXCEL_GPU_PROFILE=1)
+set -u
+OUT=${OUT:-$PWD/out}
+R=$OUT/r
+S=/tmp/mlxcel-synth
+CSV=$OUT/bench.csv
+mkdir -p "$R" "$S"
+t0=$SECONDS
+export MLXCEL_REQUIRE_GPU=1
+log() { echo "[$((SECONDS - t0))s] $*" | tee -a "$R/steps.log"; }
+pack() { cp "$CSV" "$R/" 2>/dev/null; tar -C "$OUT" -czf "$OUT/results${RUN}.tgz" r; }
+run_tests() {
+  local tag=tests-$(echo "$*" | tr -c 'A-Za-z0-9=_\n' '_')
+  env "$@" timeout 150 .gpu/test_backend_ops --gtest_color=no > "$R/$tag.log" 2>&1
+  log "test_backend_ops $* rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$R/$tag.log" | tr '\n' ' ')"
+  grep -E "Failure|differs|actual|max err" "$R/$tag.log" | head -10
+}
+synth_all() {
+  for shape in qwen3-0.6b llama-3.1-8b qwen3-30b-a3b; do
+    timeout 120 .gpu/mlxcel synth --like $shape --quant affine4 --group-size 64 --no-tokenizer \
+      --force "$S/$shape" > "$R/synth-$shape.log" 2>&1
+    log "synth $shape rc=$?"
+  done
+}
+b() {
+  local tag=$1 bin=$2 model=$3 batch=$4 rep=$5
+  shift 5
+  env "$@" timeout 150 "$bin" bench -m "$S/$model" -p 512 -g 128 -r "$rep" --batch "$batch" \
+    --device gpu --csv "$CSV" > "$R/bench-$tag.log" 2>&1
+  log "bench $tag rc=$? $(grep -E '^\| (pp|tg)' "$R/bench-$tag.log" | tr -s ' ' | tr '\n' ' ')"
+}
+prof() {
+  local tag=$1 bin=$2 model=$3 batch=$4
+  shift 4
+  env MLXCEL_GPU_PROFILE=1 "$@" timeout 150 "$bin" bench -m "$S/$model" -p 512 -g 128 -r 1 \
+    --batch "$batch" --device gpu > "$R/prof-$tag.log" 2>&1
+  log "profile $tag rc=$?"
+  sed -n '/device time per op/,$p' "$R/prof-$tag.log" | head -14
+}
+#   ncu_k TAG REGEX SKIP PROMPT GEN [ENV...]  ncu --set full of one 8B kernel launch: summary and
+#                                     the top SASS lines by stall samples (dev/ncu_top_sass.py)
+ncu_k() {
+  local tag=$1 re=$2 skip=$3 pp=$4 gen=$5
+  shift 5
+  command -v ncu > /dev/null || { log "ncu missing"; return; }
+  env "$@" timeout 150 ncu --set full --import-source no -k "regex:$re" --launch-skip "$skip" \
+    --launch-count 1 -o "$R/ncu-$tag" -f .gpu/mlxcel bench -m "$S/llama-3.1-8b" -p "$pp" \
+    -g "$gen" -r 1 --device gpu > "$R/ncu-$tag.log" 2>&1
+  log "ncu $tag rc=$?"
+  ncu -i "$R/ncu-$tag.ncu-rep" --page details --print-summary none 2>/dev/null |
+    grep -E "_kernel|Duration|Grid Size|Registers Per|Executed Instructions  |Issued Warp|Achieved Occ|DRAM Throughput|L1/TEX Hit|Mem Busy|Max Bandwidth" |
+    head -14 | tee "$R/ncu-$tag-summary.txt"
+  ncu -i "$R/ncu-$tag.ncu-rep" --page source --print-source sass --csv > "$R/sass-$tag.csv" \
+    2> "$R/sass-$tag.err"
+  python3 dev/ncu_top_sass.py 16 < "$R/sass-$tag.csv" 2>&1 | head -20 | tee -a "$R/ncu-$tag-summary.txt" 
+  rm -f "$R/ncu-$tag.ncu-rep"
+}

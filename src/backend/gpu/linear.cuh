@@ -1,0 +1,47 @@
+#pragma once
+// What linear.cu's kernels and qgemv_mma.cu share: the launch parameters of a (possibly
+// expert-indexed) linear, and the tensor-core decode GEMV's entry point.
+#include <cstdint>
+
+#include "backend/gpu/common.cuh"
+#include "backend/gpu/runtime.h"
+
+namespace mlxcel::gpu {
+
+struct LinParams {
+  const void* x = nullptr;
+  std::int64_t x_stride = 0, x_div = 1;
+  WView w;
+  const std::int32_t* experts = nullptr;
+  const float* bias = nullptr;
+  void* y = nullptr;
+  std::int64_t y_stride = 0, m = 0;
+  std::int64_t row_block0 = 0;  // GEMV: the first row block of this launch (grid.y <= 65,535)
+  int round = 0;
+};
+
+// Weight pointers of the matrix row m uses (its expert's, for expert-indexed rows).
+struct WPtrs {
+  const void* w;
+  const void* scales;
+  const void* biases;
+};
+__device__ __forceinline__ WPtrs wptrs(const LinParams& p, std::int64_t m) {
+  WPtrs r{p.w.w, p.w.scales, p.w.biases};
+  if (p.experts) {
+    const std::int64_t e = p.experts[m];
+    r.w = static_cast<const char*>(r.w) + e * p.w.expert_stride_w;
+    if (r.scales) r.scales = static_cast<const char*>(r.scales) + e * p.w.expert_stride_s;
+    if (r.biases) r.biases = static_cast<const char*>(r.biases) + e * p.w.expert_stride_s;
+  }
+  return r;
+}
+
+// Decode GEMV over affine 4-bit weights on the matrix units (qgemv_mma.cu): launches and returns
+// true when this device, activation type and matrix have that path (CUDA sm_80+, bf16 / f16
+// activations, group size 32 / 64 / 128, up to 64 rows or expert-indexed rows, 16-byte aligned
+// operands, not switched off by MLXCEL_GPU_QGEMV_MMA=0); false leaves the work to the caller.
+template <typename T>
+bool qgemv_mma(const LinParams& p, const Stream& s);
+
+}  // namespace mlxcel::gpu

@@ -1,0 +1,489 @@
+// Decode GEMV over MLX affine 4-bit weights on the tensor cores (mma.sync m16n8k16, CUDA sm_80+).
+//
+// Why: the SIMT qgemv (linear.cu) spends ~5.5 instructions per weight turning codes into floats
+// and multiplying them, so a block's compute phase is as long as its memory round trip and the
+// 8B's GEMVs reach ~1.1 TB/s of the H200's 4.2 (dev/NOTES.md, session 7). Here a warp computes a
+// 16-column tile with the weights as the mma's A operand (rows = output columns) and up to 8
+// activation rows as B, so decoding is one shift and one LOP3 per two weights and the multiply-adds
+// are one instruction per 256 weights.
+//
+// Exactness: codes c (0..15) are placed into bf16 / f16 pairs as (off + c) by OR-ing them into the
+// mantissa of `off` (128 for bf16, 1024 for f16), both exact; the tensor core multiplies them by
+// x exactly and accumulates in fp32. Per group (fresh accumulators) the unit factors as
+//   sum (s c + b) x = s * sum (off + c) x + (b - off s) * sum x,
+// and sum x comes from a second mma with A = ones. So the math is the SIMT kernel's
+// (s * sum c x + b * sum x, fp32) with another summation order.
+//
+// K order: a dot product does not care in which order k runs, as long as A and B agree. Lane
+// (g, t) (g = lane / 4, t = lane % 4) loads its own contiguous gs / 4 weights of rows g and g + 8
+// of each group, and the x values at the same k; each code word of 8 weights gives the pairs
+// (c0, c4), (c1, c5), (c2, c6), (c3, c7) and the x pairs are permuted to match. Each mma's 16 k
+// stay inside one group, so the group's scale applies after the mma.
+//
+// Batch invariance: an output (row, column) is its own dot product in the mma, and the group
+// loop and the K split depend on the matrix only, so a row's result is the same alone or among
+// 64 rows.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "backend/gpu/linear.cuh"
+
+namespace mlxcel::gpu {
+
+#if defined(MLXCEL_GPU_CUDA)
+namespace {
+
+constexpr int kWarps = 8;                        // warps per block
+constexpr int kThreads = kWarps * MLXCEL_WARP_SIZE;
+constexpr int kRows = 8;                         // activation rows per block: the mma's N
+constexpr int kTileCols = 16;                    // output columns per warp: the mma's M
+constexpr std::int64_t kMaxRows = 64;            // beyond this the tiled GEMM wins
+constexpr std::int64_t kTargetWarps = 2048;      // ~16 warps per SM on a 132-SM H200
+
+struct MmaParams {
+  LinParams p;
+  int ks = 1;                    // warps per column tile, splitting the groups of K
+  std::int64_t groups = 0;       // groups per row: k / group_size
+  std::int64_t col_block0 = 0;   // the first column block of this launch
+};
+
+// The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
+// mantissa bits reads as off + c, exactly.
+template <typename T>
+struct Magic;
+template <>
+struct Magic<bf16> {
+  static constexpr std::uint32_t kPair = 0x43004300u;  // (128, 128)
+  static constexpr std::uint32_t kOnes = 0x3F803F80u;  // (1, 1)
+  static constexpr float kOff = 128.0f;
+};
+template <>
+struct Magic<f16> {
+  static constexpr std::uint32_t kPair = 0x64006400u;  // (1024, 1024)
+  static constexpr std::uint32_t kOnes = 0x3C003C00u;  // (1, 1)
+  static constexpr float kOff = 1024.0f;
+};
+
+// d += A (16x16, row) . B (16x8, col), fp32 accumulation.
+template <typename T>
+__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4],
+                                    std::uint32_t b0, std::uint32_t b1) {
+#if __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#else
+  __trap();  // the host never launches this below sm_80 (mma_capable)
+#endif
+}
+
+// Codes i and i + 4 of a packed word as the pair (off + c_i, off + c_{i+4}).
+template <typename T>
+__device__ __forceinline__ std::uint32_t code_pair(std::uint32_t w, int i) {
+  return ((w >> (4 * i)) & 0x000F000Fu) | Magic<T>::kPair;
+}
+
+// `n` 32-bit words from 4 * n aligned bytes in one load (n = 1, 2 or 4).
+template <int N>
+__device__ __forceinline__ void load_words(const std::uint32_t* p, std::uint32_t (&w)[N]) {
+  if constexpr (N == 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else if constexpr (N == 2) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x, w[1] = v.y;
+  } else {
+    w[0] = *p;
+  }
+}
+
+// One group's registers for a lane: the code words of rows g and g + 8 (WPL words each: the
+// lane's gs / 4 weights), its x values at the same k (8 per word), the two rows' scale and bias.
+template <int WPL>
+struct GroupRegs {
+  std::uint32_t wa[WPL], wb[WPL];
+  uint4 x[WPL];
+  float sa, ba, sb, bb;
+};
+
+// acc += one group of a lane's 16 x 8 tile: 2 * WPL mma steps over the codes (fresh
+// accumulators d) and over ones (e = the group's sum of x per row), then the group's scales.
+template <typename T, int WPL>
+__device__ __forceinline__ void apply_group_regs(const GroupRegs<WPL>& r, float (&acc)[4]) {
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const std::uint32_t ones[4] = {Magic<T>::kOnes, Magic<T>::kOnes, Magic<T>::kOnes,
+                                 Magic<T>::kOnes};
+#pragma unroll
+  for (int i = 0; i < WPL; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // k slots (2t, 2t + 1, 2t + 8, 2t + 9) of this mma hold codes (2h, 2h + 4, 2h + 1,
+      // 2h + 5) of word i, and x at the same k.
+      const std::uint32_t a[4] = {code_pair<T>(r.wa[i], 2 * h), code_pair<T>(r.wb[i], 2 * h),
+                                  code_pair<T>(r.wa[i], 2 * h + 1),
+                                  code_pair<T>(r.wb[i], 2 * h + 1)};
+      const std::uint32_t lo = h ? r.x[i].y : r.x[i].x, hi = h ? r.x[i].w : r.x[i].z;
+      const std::uint32_t b0 = __byte_perm(lo, hi, 0x5410u), b1 = __byte_perm(lo, hi, 0x7632u);
+      mma<T>(d, a, b0, b1);
+      mma<T>(e, ones, b0, b1);
+    }
+  }
+  // d: (col g, row 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1); e: sum x of rows 2t, 2t + 1.
+  const float oa = r.ba - Magic<T>::kOff * r.sa, ob = r.bb - Magic<T>::kOff * r.sb;
+  acc[0] = fmaf(r.sa, d[0], fmaf(oa, e[0], acc[0]));
+  acc[1] = fmaf(r.sa, d[1], fmaf(oa, e[1], acc[1]));
+  acc[2] = fmaf(r.sb, d[2], fmaf(ob, e[2], acc[2]));
+  acc[3] = fmaf(r.sb, d[3], fmaf(ob, e[3], acc[3]));
+}
+
+// A lane's part of the launch: its warp's column tile and K slice, its two weight rows (g and
+// g + 8 of the tile) and its activation row (g of the block's rows).
+template <typename T, int WPL>
+struct LaneWork {
+  int warp, lane, g, t, kw, mc;
+  std::int64_t n0, m0, n_last, G, na, nb, q_begin, q_end;
+  WPtrs wp;
+  const std::uint32_t* wa;  // row na's words of this lane in group 0
+  const std::uint32_t* wb;
+  const T* xr;              // the x values of this lane in group 0
+  bool has_x;
+
+  static constexpr int kGroupWords = 4 * WPL;  // a group's words per row
+  static constexpr int kGroupK = 32 * WPL;     // group size
+
+  __device__ __forceinline__ explicit LaneWork(const MmaParams& mp) {
+    const LinParams& p = mp.p;
+    warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
+    g = lane / 4, t = lane % 4;
+    const int tile = warp / mp.ks;
+    kw = warp % mp.ks;
+    const std::int64_t cb = mp.col_block0 + static_cast<std::int64_t>(blockIdx.y);
+    n0 = (cb * (kWarps / mp.ks) + tile) * kTileCols;
+    const int per_block = p.experts ? 1 : kRows;
+    m0 = static_cast<std::int64_t>(blockIdx.x) * per_block;
+    mc = static_cast<int>(p.m - m0 < per_block ? p.m - m0 : per_block);
+    wp = wptrs(p, m0);
+    n_last = p.w.n - 1, G = mp.groups;
+    // Rows past N read the last row (their results are not stored).
+    na = n0 + g < n_last ? n0 + g : n_last;
+    nb = n0 + g + 8 < n_last ? n0 + g + 8 : n_last;
+    const std::int64_t row_words = p.w.k / 8;
+    wa = static_cast<const std::uint32_t*>(wp.w) + na * row_words + t * WPL;
+    wb = static_cast<const std::uint32_t*>(wp.w) + nb * row_words + t * WPL;
+    // Lane g feeds activation row m0 + g; lanes past the block's rows feed zeros.
+    has_x = g < mc;
+    xr = static_cast<const T*>(p.x) + ((m0 + (has_x ? g : 0)) / p.x_div) * p.x_stride +
+         t * WPL * 8;
+    q_begin = G * kw / mp.ks, q_end = G * (kw + 1) / mp.ks;
+  }
+
+  __device__ __forceinline__ void load_x(uint4 (&x)[WPL], std::int64_t q) const {
+#pragma unroll
+    for (int i = 0; i < WPL; ++i)
+      x[i] = has_x ? reinterpret_cast<const uint4*>(xr + q * kGroupK)[i] : make_uint4(0, 0, 0, 0);
+  }
+
+  // The tile's K slices add up in warp order; warp kw == 0 of the tile stores (red: kWarps x 4 x
+  // 32 floats of shared memory).
+  __device__ __forceinline__ void finish(const MmaParams& mp, const float (&acc)[4],
+                                         float* red) const {
+    const LinParams& p = mp.p;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[(warp * 4 + i) * MLXCEL_WARP_SIZE + lane] = acc[i];
+    __syncthreads();
+    if (kw != 0) return;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float s = red[(warp * 4 + i) * MLXCEL_WARP_SIZE + lane];
+      for (int w = 1; w < mp.ks; ++w) s += red[((warp + w) * 4 + i) * MLXCEL_WARP_SIZE + lane];
+      const int row = 2 * t + (i & 1);
+      const std::int64_t n = n0 + g + 8 * (i >> 1);
+      if (row < mc && n <= n_last)
+        store(static_cast<T*>(p.y), (m0 + row) * p.y_stride + n,
+              s + (p.bias ? p.bias[n] : 0.0f), p.round);
+    }
+  }
+};
+
+// grid (row blocks, column blocks), kThreads threads; U groups loaded into registers before any
+// is used. MB > 1 caps registers so that MB blocks fit on an SM (a measuring variant).
+template <typename T, int WPL, int U, int MB>
+__global__ void __launch_bounds__(kThreads, MB) qgemv_mma_kernel(MmaParams mp) {
+  __shared__ float red[kWarps * 4 * MLXCEL_WARP_SIZE];
+  const LaneWork<T, WPL> lw(mp);
+  const int code = mp.p.w.scales_code;
+  auto load_group = [&](GroupRegs<WPL>& r, std::int64_t q) {
+    load_words<WPL>(lw.wa + q * lw.kGroupWords, r.wa);
+    load_words<WPL>(lw.wb + q * lw.kGroupWords, r.wb);
+    lw.load_x(r.x, q);
+    r.sa = load_code(lw.wp.scales, code, lw.na * lw.G + q);
+    r.ba = load_code(lw.wp.biases, code, lw.na * lw.G + q);
+    r.sb = load_code(lw.wp.scales, code, lw.nb * lw.G + q);
+    r.bb = load_code(lw.wp.biases, code, lw.nb * lw.G + q);
+  };
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  std::int64_t q = lw.q_begin;
+  for (; q + U <= lw.q_end; q += U) {
+    GroupRegs<WPL> r[U];
+#pragma unroll
+    for (int j = 0; j < U; ++j) load_group(r[j], q + j);
+#pragma unroll
+    for (int j = 0; j < U; ++j) apply_group_regs<T, WPL>(r[j], acc);
+  }
+  for (; q < lw.q_end; ++q) {
+    GroupRegs<WPL> r;
+    load_group(r, q);
+    apply_group_regs<T, WPL>(r, acc);
+  }
+  lw.finish(mp, acc, red);
+}
+
+// --- The cp.async pipeline -----------------------------------------------------------------
+// Each lane streams its own weight words and the 4-byte words holding its scales and biases into
+// a private ring of S shared-memory slots, S groups ahead of the group it multiplies: the bytes in
+// flight no longer cost registers, so occupancy and the memory pipeline stop competing (run 19:
+// the register kernel waited on its loads at 20 % occupancy).
+template <int WPL>
+struct Slot {
+  static constexpr int kWeightBytes = 8 * WPL;  // rows g and g + 8
+  static constexpr int kBytes = (kWeightBytes + 16 + 15) / 16 * 16;
+};
+
+template <int N>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (N == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(gmem), "n"(N));
+  }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// The 4-byte word holding element i of a scale / bias array (code 0: f32, 1: bf16, 2: f16).
+__device__ __forceinline__ const void* code_word(const void* base, int code, std::int64_t i) {
+  const std::int64_t byte = code == 0 ? i * 4 : (i * 2) & ~std::int64_t{3};
+  return static_cast<const char*>(base) + byte;
+}
+__device__ __forceinline__ float code_value(std::uint32_t word, int code, std::int64_t i) {
+  if (code == 0) return __uint_as_float(word);
+  const std::uint32_t h = (i & 1) ? word >> 16 : word & 0xFFFFu;
+  return code == 1 ? __uint_as_float(h << 16)
+                   : f16::from_bits(static_cast<std::uint16_t>(h)).to_float();
+}
+
+// Dynamic shared memory: kWarps * S * 32 slots (and, after the loop, the reduction).
+template <typename T, int WPL, int S>
+__global__ void __launch_bounds__(kThreads) qgemv_mma_pipe_kernel(MmaParams mp) {
+#if __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(16) unsigned char smem[];
+  const LaneWork<T, WPL> lw(mp);
+  const int code = mp.p.w.scales_code;
+  constexpr int kSlot = Slot<WPL>::kBytes, kW = 4 * WPL;
+  auto slot = [&](int s) {
+    return smem + ((lw.warp * S + s) * MLXCEL_WARP_SIZE + lw.lane) * kSlot;
+  };
+  auto issue = [&](std::int64_t q, int s) {
+    if (q < lw.q_end) {
+      unsigned char* d = slot(s);
+      cp_async<kW>(d, lw.wa + q * lw.kGroupWords);
+      cp_async<kW>(d + kW, lw.wb + q * lw.kGroupWords);
+      unsigned char* sc = d + Slot<WPL>::kWeightBytes;
+      cp_async<4>(sc, code_word(lw.wp.scales, code, lw.na * lw.G + q));
+      cp_async<4>(sc + 4, code_word(lw.wp.biases, code, lw.na * lw.G + q));
+      cp_async<4>(sc + 8, code_word(lw.wp.scales, code, lw.nb * lw.G + q));
+      cp_async<4>(sc + 12, code_word(lw.wp.biases, code, lw.nb * lw.G + q));
+    }
+    cp_async_commit();  // empty past the end, so every iteration waits for the same count
+  };
+#pragma unroll
+  for (int s = 0; s < S; ++s) issue(lw.q_begin + s, s);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int s = 0;
+  // x (an L1 / L2 hit) one group ahead in registers: loaded at the group that uses it, its
+  // latency stalled every group (run 20's SASS).
+  uint4 x_next[WPL];
+  lw.load_x(x_next, lw.q_begin);
+  for (std::int64_t q = lw.q_begin; q < lw.q_end; ++q) {
+    GroupRegs<WPL> r;
+#pragma unroll
+    for (int i = 0; i < WPL; ++i) r.x[i] = x_next[i];
+    lw.load_x(x_next, q + 1 < lw.q_end ? q + 1 : q);
+    cp_async_wait<S - 1>();  // this lane's copies of group q have landed
+    const unsigned char* d = slot(s);
+    if constexpr (WPL == 4) {
+      const uint4 a = *reinterpret_cast<const uint4*>(d), b = *reinterpret_cast<const uint4*>(d + 16);
+      r.wa[0] = a.x, r.wa[1] = a.y, r.wa[2] = a.z, r.wa[3] = a.w;
+      r.wb[0] = b.x, r.wb[1] = b.y, r.wb[2] = b.z, r.wb[3] = b.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < WPL; ++i) {
+        r.wa[i] = reinterpret_cast<const std::uint32_t*>(d)[i];
+        r.wb[i] = reinterpret_cast<const std::uint32_t*>(d + kW)[i];
+      }
+    }
+    const uint4 sc = *reinterpret_cast<const uint4*>(d + Slot<WPL>::kWeightBytes);
+    r.sa = code_value(sc.x, code, lw.na * lw.G + q);
+    r.ba = code_value(sc.y, code, lw.na * lw.G + q);
+    r.sb = code_value(sc.z, code, lw.nb * lw.G + q);
+    r.bb = code_value(sc.w, code, lw.nb * lw.G + q);
+    apply_group_regs<T, WPL>(r, acc);
+    issue(q + S, s);  // into the slot just read (its values are consumed above)
+    s = s + 1 == S ? 0 : s + 1;
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the slots become the reduction buffer
+  lw.finish(mp, acc, reinterpret_cast<float*>(smem));
+#else
+  __trap();
+#endif
+}
+
+// Tensor-core mma.sync with bf16 needs compute capability 8.0; cached per device.
+bool mma_capable(int device) {
+  static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
+  if (device < 0 || device >= 64) return false;
+  if (cached[device] == 0) {
+    int major = 0;
+    const bool ok =
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess;
+    cached[device] = ok && major >= 8 ? 1 : 2;
+  }
+  return cached[device] == 1;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+// Warps per column tile: the fewest that give kTargetWarps warps in all, keeping >= 2 groups per
+// warp. Depends on the matrix only (batch invariance). MLXCEL_GPU_QGEMV_MMA_KS = 1, 2, 4 or 8
+// forces one (a measuring knob).
+int choose_ks(std::int64_t tiles, std::int64_t groups) {
+  static const int forced = [] {
+    const int k = env_int("MLXCEL_GPU_QGEMV_MMA_KS", 0);
+    return k == 1 || k == 2 || k == 4 || k == 8 ? k : 0;
+  }();
+  if (forced) return forced;
+  int ks = 1;
+  while (ks < kWarps && tiles * ks < kTargetWarps && groups / (2 * ks) >= 2) ks *= 2;
+  return ks;
+}
+
+template <typename T, int WPL, int U, int MB = 1>
+void launch(const MmaParams& base, std::int64_t col_blocks, unsigned row_blocks, gpuStream_t st) {
+  constexpr std::int64_t kMaxGridY = 65535;
+  MmaParams mp = base;
+  for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
+    mp.col_block0 = c0;
+    const dim3 grid(row_blocks, static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
+    qgemv_mma_kernel<T, WPL, U, MB><<<grid, kThreads, 0, st>>>(mp);
+  }
+}
+
+// Slots per lane of the cp.async pipeline: 32-64 bytes of weights in flight per lane, at most
+// 32 KB of shared memory per block.
+template <int WPL>
+constexpr int pipe_stages() {
+  return WPL == 4 ? 2 : 4;
+}
+
+template <typename T, int WPL>
+void launch_pipe(const MmaParams& base, std::int64_t col_blocks, unsigned row_blocks,
+                 gpuStream_t st) {
+  constexpr int S = pipe_stages<WPL>();
+  constexpr int kSmem = kWarps * S * MLXCEL_WARP_SIZE * Slot<WPL>::kBytes;
+  static_assert(kSmem >= kWarps * 4 * MLXCEL_WARP_SIZE * 4, "the slots hold the reduction");
+  static_assert(kSmem <= 48 * 1024, "no opt-in to large dynamic shared memory needed");
+  constexpr std::int64_t kMaxGridY = 65535;
+  MmaParams mp = base;
+  for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
+    mp.col_block0 = c0;
+    const dim3 grid(row_blocks, static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
+    qgemv_mma_pipe_kernel<T, WPL, S><<<grid, kThreads, kSmem, st>>>(mp);
+  }
+}
+
+template <typename T, int WPL>
+void launch_unrolled(const MmaParams& mp, std::int64_t col_blocks, unsigned row_blocks,
+                     gpuStream_t st) {
+  // MLXCEL_GPU_QGEMV_MMA_PIPE=0: the register-staged kernel instead of the cp.async pipeline.
+  static const bool pipe = env_int("MLXCEL_GPU_QGEMV_MMA_PIPE", 1) != 0;
+  if (pipe) return launch_pipe<T, WPL>(mp, col_blocks, row_blocks, st);
+  // Groups loaded ahead per warp (MLXCEL_GPU_QGEMV_MMA_UNROLL = 1, 2 or 4; 24: 2 groups with
+  // registers capped for 4 blocks per SM; measuring knobs).
+  static const int unroll = [] {
+    const int u = env_int("MLXCEL_GPU_QGEMV_MMA_UNROLL", 2);
+    return u == 1 || u == 4 || u == 24 ? u : 2;
+  }();
+  if (unroll == 1) return launch<T, WPL, 1>(mp, col_blocks, row_blocks, st);
+  if (unroll == 4) return launch<T, WPL, 4>(mp, col_blocks, row_blocks, st);
+  if (unroll == 24) return launch<T, WPL, 2, 4>(mp, col_blocks, row_blocks, st);
+  return launch<T, WPL, 2>(mp, col_blocks, row_blocks, st);
+}
+
+}  // namespace
+
+template <typename T>
+bool qgemv_mma(const LinParams& p, const Stream& s) {
+  if constexpr (!std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
+    return false;
+  } else {
+    static const bool on = env_int("MLXCEL_GPU_QGEMV_MMA", 1) != 0;
+    const int gs = p.w.group_size;
+    if (!on || (gs != 32 && gs != 64 && gs != 128) || (!p.experts && p.m > kMaxRows) ||
+        !mma_capable(s.device()))
+      return false;
+    // 16-byte loads of x rows and of 4 * WPL-byte weight slices.
+    const bool aligned = reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
+                         (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0 &&
+                         reinterpret_cast<std::uintptr_t>(p.w.w) % 16 == 0 &&
+                         p.w.expert_stride_w % 16 == 0 && p.w.k % gs == 0;
+    if (!aligned) return false;
+    MmaParams mp;
+    mp.p = p;
+    mp.groups = p.w.k / gs;
+    const std::int64_t tiles = (p.w.n + kTileCols - 1) / kTileCols;
+    mp.ks = choose_ks(tiles, mp.groups);
+    const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
+    const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : kRows);
+    auto st = static_cast<gpuStream_t>(s.handle());
+    if (gs == 32) launch_unrolled<T, 1>(mp, col_blocks, row_blocks, st);
+    else if (gs == 64) launch_unrolled<T, 2>(mp, col_blocks, row_blocks, st);
+    else launch_unrolled<T, 4>(mp, col_blocks, row_blocks, st);
+    return true;
+  }
+}
+
+#else  // MLXCEL_GPU_HIP: no mma.sync; the SIMT qgemv serves every format.
+
+template <typename T>
+bool qgemv_mma(const LinParams&, const Stream&) {
+  return false;
+}
+
+#endif
+
+template bool qgemv_mma<float>(const LinParams&, const Stream&);
+template bool qgemv_mma<bf16>(const LinParams&, const Stream&);
+template bool qgemv_mma<f16>(const LinParams&, const Stream&);
+
+}  // namespace mlxcel::gpu
