@@ -356,6 +356,158 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_pipe_kernel(MmaParams mp) 
 #endif
 }
 
+// --- One group per lane ----------------------------------------------------------------------
+// Lane t of a quad holds a whole group of its two rows (group 4c + t of chunk c: 16 or 32
+// contiguous bytes per row, so a quad reads 64 or 128 contiguous bytes of a row) and the mma's N
+// separates the groups instead of summing them: column 4r + j is activation row r restricted to
+// the k of group 4c + j (only lanes t == j give it nonzero x). So each column of D is one
+// (row, group) dot product, folded with that group's scale and bias, and per lane the scales of
+// two adjacent groups are one 4-byte word. Per output the sum runs: each group inside the mma,
+// groups 4c + j over the chunks c in order (j = 0..3 in four accumulators), then
+// (j0 + j1) + (j2 + j3), then the K slices in warp order: fixed by the matrix, never the batch.
+// NP mma column sets of 2 rows each: NP = 1 for 1-2 rows (and expert-indexed rows), 4 for up to 8.
+template <typename T, int WPL, int NP>
+__global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
+  __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
+  const LinParams& p = mp.p;
+  constexpr int GW = 4 * WPL;    // words of one group row
+  constexpr int GK = 32 * WPL;   // group size
+  const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
+  const int g = lane / 4, t = lane % 4;
+  const int tile = warp / mp.ks, kw = warp % mp.ks;
+  const std::int64_t cb = mp.col_block0 + static_cast<std::int64_t>(blockIdx.y);
+  const std::int64_t n0 = (cb * (kWarps / mp.ks) + tile) * kTileCols;
+  const int per_block = p.experts ? 1 : 2 * NP;
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.x) * per_block;
+  const int mc = static_cast<int>(p.m - m0 < per_block ? p.m - m0 : per_block);
+  const WPtrs wp = wptrs(p, m0);
+  const std::int64_t n_last = p.w.n - 1, G = mp.groups;
+  const std::int64_t na = n0 + g < n_last ? n0 + g : n_last;
+  const std::int64_t nb = n0 + g + 8 < n_last ? n0 + g + 8 : n_last;
+  const std::int64_t row_words = p.w.k / 8;
+  const std::uint32_t* wa = static_cast<const std::uint32_t*>(wp.w) + na * row_words;
+  const std::uint32_t* wb = static_cast<const std::uint32_t*>(wp.w) + nb * row_words;
+  // B column g of column set np: row 2 np + g / 4 over group offset g % 4; lane (g, t) gives it
+  // nonzero x only when t == g % 4.
+  const T* xrow[NP];
+  bool gives[NP];
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    const int r = 2 * q + g / 4;
+    gives[q] = t == g % 4 && r < mc;
+    xrow[q] = static_cast<const T*>(p.x) + ((m0 + (gives[q] ? r : 0)) / p.x_div) * p.x_stride;
+  }
+  const int code = p.w.scales_code;
+  // This lane's D columns 2t, 2t + 1: group offsets 2 (t % 2) and 2 (t % 2) + 1.
+  const int j0 = 2 * (t % 2);
+  const std::int64_t chunks = (G + 3) / 4;
+  const std::int64_t c_begin = chunks * kw / mp.ks, c_end = chunks * (kw + 1) / mp.ks;
+  float acc[NP][4];
+#pragma unroll
+  for (int q = 0; q < NP; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[q][i] = 0.0f;
+  const std::uint32_t ones[4] = {Magic<T>::kOnes, Magic<T>::kOnes, Magic<T>::kOnes,
+                                 Magic<T>::kOnes};
+  for (std::int64_t c = c_begin; c < c_end; ++c) {
+    const std::int64_t grp = 4 * c + t;               // this lane's group
+    const bool valid = grp < G;
+    const std::int64_t gl = valid ? grp : G - 1;      // clamped: its B is zero
+    std::uint32_t ra[GW], rb[GW];
+#pragma unroll
+    for (int i = 0; i < GW / 4; ++i) {
+      const uint4 va = reinterpret_cast<const uint4*>(wa + gl * GW)[i];
+      const uint4 vb = reinterpret_cast<const uint4*>(wb + gl * GW)[i];
+      ra[4 * i] = va.x, ra[4 * i + 1] = va.y, ra[4 * i + 2] = va.z, ra[4 * i + 3] = va.w;
+      rb[4 * i] = vb.x, rb[4 * i + 1] = vb.y, rb[4 * i + 2] = vb.z, rb[4 * i + 3] = vb.w;
+    }
+    // Scales and biases of rows na, nb for groups 4c + j0, 4c + j0 + 1 (G is even: the pair is
+    // one aligned 4-byte word of 16-bit codes, or 8 bytes of f32).
+    std::int64_t sg = 4 * c + j0;
+    if (sg > G - 2) sg = G - 2;
+    float s_a[2], b_a[2], s_b[2], b_b[2];
+    if (code == 0) {
+      const float2 x0 = *reinterpret_cast<const float2*>(static_cast<const float*>(wp.scales) + na * G + sg);
+      const float2 x1 = *reinterpret_cast<const float2*>(static_cast<const float*>(wp.biases) + na * G + sg);
+      const float2 x2 = *reinterpret_cast<const float2*>(static_cast<const float*>(wp.scales) + nb * G + sg);
+      const float2 x3 = *reinterpret_cast<const float2*>(static_cast<const float*>(wp.biases) + nb * G + sg);
+      s_a[0] = x0.x, s_a[1] = x0.y, b_a[0] = x1.x, b_a[1] = x1.y;
+      s_b[0] = x2.x, s_b[1] = x2.y, b_b[0] = x3.x, b_b[1] = x3.y;
+    } else {
+      const std::uint32_t w0 = static_cast<const std::uint32_t*>(wp.scales)[(na * G + sg) / 2];
+      const std::uint32_t w1 = static_cast<const std::uint32_t*>(wp.biases)[(na * G + sg) / 2];
+      const std::uint32_t w2 = static_cast<const std::uint32_t*>(wp.scales)[(nb * G + sg) / 2];
+      const std::uint32_t w3 = static_cast<const std::uint32_t*>(wp.biases)[(nb * G + sg) / 2];
+      s_a[0] = code_value(w0, code, 0), s_a[1] = code_value(w0, code, 1);
+      b_a[0] = code_value(w1, code, 0), b_a[1] = code_value(w1, code, 1);
+      s_b[0] = code_value(w2, code, 0), s_b[1] = code_value(w2, code, 1);
+      b_b[0] = code_value(w3, code, 0), b_b[1] = code_value(w3, code, 1);
+    }
+    float d[NP][4], e[NP][4];
+#pragma unroll
+    for (int q = 0; q < NP; ++q)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d[q][i] = e[q][i] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < GW; ++w) {
+      uint4 xv[NP];
+#pragma unroll
+      for (int q = 0; q < NP; ++q)
+        xv[q] = gives[q] && valid
+                    ? reinterpret_cast<const uint4*>(xrow[q] + grp * GK)[w]
+                    : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const std::uint32_t a[4] = {code_pair<T>(ra[w], 2 * h), code_pair<T>(rb[w], 2 * h),
+                                    code_pair<T>(ra[w], 2 * h + 1),
+                                    code_pair<T>(rb[w], 2 * h + 1)};
+#pragma unroll
+        for (int q = 0; q < NP; ++q) {
+          const std::uint32_t lo = h ? xv[q].y : xv[q].x, hi = h ? xv[q].w : xv[q].z;
+          const std::uint32_t b0 = __byte_perm(lo, hi, 0x5410u), b1 = __byte_perm(lo, hi, 0x7632u);
+          mma<T>(d[q], a, b0, b1);
+          mma<T>(e[q], ones, b0, b1);
+        }
+      }
+    }
+    // d[q]: (row g, col 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1); col 2t + u is group
+    // 4c + j0 + u; e[q][u] its sum of x (all rows alike).
+#pragma unroll
+    for (int q = 0; q < NP; ++q)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        acc[q][u] = fmaf(s_a[u], d[q][u], fmaf(b_a[u] - Magic<T>::kOff * s_a[u], e[q][u], acc[q][u]));
+        acc[q][2 + u] =
+            fmaf(s_b[u], d[q][2 + u], fmaf(b_b[u] - Magic<T>::kOff * s_b[u], e[q][u], acc[q][2 + u]));
+      }
+  }
+  // Per row: (j0 + j1) of the even lane t, then + (j2 + j3) of its odd partner.
+#pragma unroll
+  for (int q = 0; q < NP; ++q)
+#pragma unroll
+    for (int r2 = 0; r2 < 2; ++r2) {
+      const float own = acc[q][2 * r2] + acc[q][2 * r2 + 1];
+      const float other = gpu_shfl_xor(own, 1);
+      const float v = (t % 2 == 0) ? own + other : other + own;
+      red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane] = v;
+    }
+  __syncthreads();
+  if (kw != 0 || t % 2 != 0) return;
+#pragma unroll
+  for (int q = 0; q < NP; ++q)
+#pragma unroll
+    for (int r2 = 0; r2 < 2; ++r2) {
+      float v = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+      for (int w = 1; w < mp.ks; ++w)
+        v += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+      const int row = 2 * q + t / 2;
+      const std::int64_t n = n0 + g + 8 * r2;
+      if (row < mc && n <= n_last)
+        store(static_cast<T*>(p.y), (m0 + row) * p.y_stride + n,
+              v + (p.bias ? p.bias[n] : 0.0f), p.round);
+    }
+}
+
 // Tensor-core mma.sync with bf16 needs compute capability 8.0; cached per device.
 bool mma_capable(int device) {
   static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
@@ -462,10 +614,37 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
     mp.p = p;
     mp.groups = p.w.k / gs;
     const std::int64_t tiles = (p.w.n + kTileCols - 1) / kTileCols;
+    auto st = static_cast<gpuStream_t>(s.handle());
+    // One group per lane (MLXCEL_GPU_QGEMV_MMA_GPL=0: off): group sizes 32 / 64 with an even
+    // group count (a lane's two scales are one aligned word).
+    static const bool gpl = env_int("MLXCEL_GPU_QGEMV_MMA_GPL", 1) != 0;
+    if (gpl && gs <= 64 && mp.groups % 2 == 0) {
+      const std::int64_t chunks = (mp.groups + 3) / 4;
+      mp.ks = choose_ks(tiles, mp.groups);
+      while (mp.ks > chunks) mp.ks /= 2;
+      const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
+      const bool one = p.experts || p.m <= 2;
+      const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : one ? 2 : 8);
+      auto go = [&](auto kernel) {
+        constexpr std::int64_t kMaxGridY = 65535;
+        for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
+          mp.col_block0 = c0;
+          const dim3 grid(row_blocks, static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
+          kernel<<<grid, kThreads, 0, st>>>(mp);
+        }
+      };
+      if (gs == 32) {
+        if (one) go(qgemv_mma_gpl_kernel<T, 1, 1>);
+        else go(qgemv_mma_gpl_kernel<T, 1, 4>);
+      } else {
+        if (one) go(qgemv_mma_gpl_kernel<T, 2, 1>);
+        else go(qgemv_mma_gpl_kernel<T, 2, 4>);
+      }
+      return true;
+    }
     mp.ks = choose_ks(tiles, mp.groups);
     const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
     const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : kRows);
-    auto st = static_cast<gpuStream_t>(s.handle());
     if (gs == 32) launch_unrolled<T, 1>(mp, col_blocks, row_blocks, st);
     else if (gs == 64) launch_unrolled<T, 2>(mp, col_blocks, row_blocks, st);
     else launch_unrolled<T, 4>(mp, col_blocks, row_blocks, st);
