@@ -219,9 +219,9 @@ struct LaneWork {
 };
 
 // grid (row blocks, column blocks), kThreads threads; U groups loaded into registers before any
-// is used. MB > 1 caps registers so that MB blocks fit on an SM (a measuring variant).
-template <typename T, int WPL, int U, int MB>
-__global__ void __launch_bounds__(kThreads, MB) qgemv_mma_kernel(MmaParams mp) {
+// is used (run 18: U = 1 / 2 / 4 gave 189 / 195 / 190 tok/s on the 8B).
+template <typename T, int WPL, int U = 2>
+__global__ void __launch_bounds__(kThreads) qgemv_mma_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * MLXCEL_WARP_SIZE];
   const LaneWork<T, WPL> lw(mp);
   const int code = mp.p.w.scales_code;
@@ -251,109 +251,12 @@ __global__ void __launch_bounds__(kThreads, MB) qgemv_mma_kernel(MmaParams mp) {
   lw.finish(mp, acc, red);
 }
 
-// --- The cp.async pipeline -----------------------------------------------------------------
-// Each lane streams its own weight words and the 4-byte words holding its scales and biases into
-// a private ring of S shared-memory slots, S groups ahead of the group it multiplies: the bytes in
-// flight no longer cost registers, so occupancy and the memory pipeline stop competing (run 19:
-// the register kernel waited on its loads at 20 % occupancy).
-template <int WPL>
-struct Slot {
-  static constexpr int kWeightBytes = 8 * WPL;  // rows g and g + 8
-  static constexpr int kBytes = (kWeightBytes + 16 + 15) / 16 * 16;
-};
-
-template <int N>
-__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  if constexpr (N == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(gmem), "n"(N));
-  }
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// The 4-byte word holding element i of a scale / bias array (code 0: f32, 1: bf16, 2: f16).
-__device__ __forceinline__ const void* code_word(const void* base, int code, std::int64_t i) {
-  const std::int64_t byte = code == 0 ? i * 4 : (i * 2) & ~std::int64_t{3};
-  return static_cast<const char*>(base) + byte;
-}
+// Element i (0 or 1) of a 4-byte word of two 16-bit scale codes (code 1: bf16, 2: f16).
 __device__ __forceinline__ float code_value(std::uint32_t word, int code, std::int64_t i) {
   if (code == 0) return __uint_as_float(word);
   const std::uint32_t h = (i & 1) ? word >> 16 : word & 0xFFFFu;
   return code == 1 ? __uint_as_float(h << 16)
                    : f16::from_bits(static_cast<std::uint16_t>(h)).to_float();
-}
-
-// Dynamic shared memory: kWarps * S * 32 slots (and, after the loop, the reduction).
-template <typename T, int WPL, int S>
-__global__ void __launch_bounds__(kThreads) qgemv_mma_pipe_kernel(MmaParams mp) {
-#if __CUDA_ARCH__ >= 800
-  extern __shared__ __align__(16) unsigned char smem[];
-  const LaneWork<T, WPL> lw(mp);
-  const int code = mp.p.w.scales_code;
-  constexpr int kSlot = Slot<WPL>::kBytes, kW = 4 * WPL;
-  auto slot = [&](int s) {
-    return smem + ((lw.warp * S + s) * MLXCEL_WARP_SIZE + lw.lane) * kSlot;
-  };
-  auto issue = [&](std::int64_t q, int s) {
-    if (q < lw.q_end) {
-      unsigned char* d = slot(s);
-      cp_async<kW>(d, lw.wa + q * lw.kGroupWords);
-      cp_async<kW>(d + kW, lw.wb + q * lw.kGroupWords);
-      unsigned char* sc = d + Slot<WPL>::kWeightBytes;
-      cp_async<4>(sc, code_word(lw.wp.scales, code, lw.na * lw.G + q));
-      cp_async<4>(sc + 4, code_word(lw.wp.biases, code, lw.na * lw.G + q));
-      cp_async<4>(sc + 8, code_word(lw.wp.scales, code, lw.nb * lw.G + q));
-      cp_async<4>(sc + 12, code_word(lw.wp.biases, code, lw.nb * lw.G + q));
-    }
-    cp_async_commit();  // empty past the end, so every iteration waits for the same count
-  };
-#pragma unroll
-  for (int s = 0; s < S; ++s) issue(lw.q_begin + s, s);
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int s = 0;
-  // x (an L1 / L2 hit) one group ahead in registers: loaded at the group that uses it, its
-  // latency stalled every group (run 20's SASS).
-  uint4 x_next[WPL];
-  lw.load_x(x_next, lw.q_begin);
-  for (std::int64_t q = lw.q_begin; q < lw.q_end; ++q) {
-    GroupRegs<WPL> r;
-#pragma unroll
-    for (int i = 0; i < WPL; ++i) r.x[i] = x_next[i];
-    lw.load_x(x_next, q + 1 < lw.q_end ? q + 1 : q);
-    cp_async_wait<S - 1>();  // this lane's copies of group q have landed
-    const unsigned char* d = slot(s);
-    if constexpr (WPL == 4) {
-      const uint4 a = *reinterpret_cast<const uint4*>(d), b = *reinterpret_cast<const uint4*>(d + 16);
-      r.wa[0] = a.x, r.wa[1] = a.y, r.wa[2] = a.z, r.wa[3] = a.w;
-      r.wb[0] = b.x, r.wb[1] = b.y, r.wb[2] = b.z, r.wb[3] = b.w;
-    } else {
-#pragma unroll
-      for (int i = 0; i < WPL; ++i) {
-        r.wa[i] = reinterpret_cast<const std::uint32_t*>(d)[i];
-        r.wb[i] = reinterpret_cast<const std::uint32_t*>(d + kW)[i];
-      }
-    }
-    const uint4 sc = *reinterpret_cast<const uint4*>(d + Slot<WPL>::kWeightBytes);
-    r.sa = code_value(sc.x, code, lw.na * lw.G + q);
-    r.ba = code_value(sc.y, code, lw.na * lw.G + q);
-    r.sb = code_value(sc.z, code, lw.nb * lw.G + q);
-    r.bb = code_value(sc.w, code, lw.nb * lw.G + q);
-    apply_group_regs<T, WPL>(r, acc);
-    issue(q + S, s);  // into the slot just read (its values are consumed above)
-    s = s + 1 == S ? 0 : s + 1;
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // the slots become the reduction buffer
-  lw.finish(mp, acc, reinterpret_cast<float*>(smem));
-#else
-  __trap();
-#endif
 }
 
 // --- One group per lane ----------------------------------------------------------------------
@@ -365,9 +268,10 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_pipe_kernel(MmaParams mp) 
 // two adjacent groups are one 4-byte word. Per output the sum runs: each group inside the mma,
 // groups 4c + j over the chunks c in order (j = 0..3 in four accumulators), then
 // (j0 + j1) + (j2 + j3), then the K slices in warp order: fixed by the matrix, never the batch.
-// NP mma column sets of 2 rows each: NP = 1 for 1-2 rows (and expert-indexed rows), 4 for up to 8.
-template <typename T, int WPL, int NP>
-__global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
+// NP mma column sets of 2 rows each (NP = 1 for 1-2 rows and expert-indexed rows; see gpl_np);
+// MB > 0 caps registers for MB blocks per SM (a measuring variant; 0: no cap).
+template <typename T, int WPL, int NP, int MB = 0>
+__global__ void __launch_bounds__(kThreads, MB) qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
   constexpr int GW = 4 * WPL;    // words of one group row
@@ -540,56 +444,16 @@ int choose_ks(std::int64_t tiles, std::int64_t groups) {
   return ks;
 }
 
-template <typename T, int WPL, int U, int MB = 1>
-void launch(const MmaParams& base, std::int64_t col_blocks, unsigned row_blocks, gpuStream_t st) {
+template <typename T, int WPL>
+void launch_kslice(const MmaParams& base, std::int64_t col_blocks, unsigned row_blocks,
+                   gpuStream_t st) {
   constexpr std::int64_t kMaxGridY = 65535;
   MmaParams mp = base;
   for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
     mp.col_block0 = c0;
     const dim3 grid(row_blocks, static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
-    qgemv_mma_kernel<T, WPL, U, MB><<<grid, kThreads, 0, st>>>(mp);
+    qgemv_mma_kernel<T, WPL><<<grid, kThreads, 0, st>>>(mp);
   }
-}
-
-// Slots per lane of the cp.async pipeline: 32-64 bytes of weights in flight per lane, at most
-// 32 KB of shared memory per block.
-template <int WPL>
-constexpr int pipe_stages() {
-  return WPL == 4 ? 2 : 4;
-}
-
-template <typename T, int WPL>
-void launch_pipe(const MmaParams& base, std::int64_t col_blocks, unsigned row_blocks,
-                 gpuStream_t st) {
-  constexpr int S = pipe_stages<WPL>();
-  constexpr int kSmem = kWarps * S * MLXCEL_WARP_SIZE * Slot<WPL>::kBytes;
-  static_assert(kSmem >= kWarps * 4 * MLXCEL_WARP_SIZE * 4, "the slots hold the reduction");
-  static_assert(kSmem <= 48 * 1024, "no opt-in to large dynamic shared memory needed");
-  constexpr std::int64_t kMaxGridY = 65535;
-  MmaParams mp = base;
-  for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
-    mp.col_block0 = c0;
-    const dim3 grid(row_blocks, static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
-    qgemv_mma_pipe_kernel<T, WPL, S><<<grid, kThreads, kSmem, st>>>(mp);
-  }
-}
-
-template <typename T, int WPL>
-void launch_unrolled(const MmaParams& mp, std::int64_t col_blocks, unsigned row_blocks,
-                     gpuStream_t st) {
-  // MLXCEL_GPU_QGEMV_MMA_PIPE=0: the register-staged kernel instead of the cp.async pipeline.
-  static const bool pipe = env_int("MLXCEL_GPU_QGEMV_MMA_PIPE", 1) != 0;
-  if (pipe) return launch_pipe<T, WPL>(mp, col_blocks, row_blocks, st);
-  // Groups loaded ahead per warp (MLXCEL_GPU_QGEMV_MMA_UNROLL = 1, 2 or 4; 24: 2 groups with
-  // registers capped for 4 blocks per SM; measuring knobs).
-  static const int unroll = [] {
-    const int u = env_int("MLXCEL_GPU_QGEMV_MMA_UNROLL", 2);
-    return u == 1 || u == 4 || u == 24 ? u : 2;
-  }();
-  if (unroll == 1) return launch<T, WPL, 1>(mp, col_blocks, row_blocks, st);
-  if (unroll == 4) return launch<T, WPL, 4>(mp, col_blocks, row_blocks, st);
-  if (unroll == 24) return launch<T, WPL, 2, 4>(mp, col_blocks, row_blocks, st);
-  return launch<T, WPL, 2>(mp, col_blocks, row_blocks, st);
 }
 
 }  // namespace
@@ -623,8 +487,16 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       mp.ks = choose_ks(tiles, mp.groups);
       while (mp.ks > chunks) mp.ks /= 2;
       const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
-      const bool one = p.experts || p.m <= 2;
-      const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : one ? 2 : 8);
+      // Column sets per block above 2 rows: MLXCEL_GPU_QGEMV_MMA_NP = 1, 2 or 4 (a measuring
+      // knob; each row's arithmetic is the same whichever, so results are too).
+      static const int np_knob = [] {
+        const int v = env_int("MLXCEL_GPU_QGEMV_MMA_NP", 2);
+        return v == 1 || v == 4 ? v : 2;
+      }();
+      // MLXCEL_GPU_QGEMV_MMA_OCC=1: registers capped for 4 blocks per SM (1-2 rows; measuring).
+      static const bool occ = env_int("MLXCEL_GPU_QGEMV_MMA_OCC", 0) != 0;
+      const int np = p.experts || p.m <= 2 ? 1 : np_knob;
+      const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
       auto go = [&](auto kernel) {
         constexpr std::int64_t kMaxGridY = 65535;
         for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
@@ -633,21 +505,23 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
           kernel<<<grid, kThreads, 0, st>>>(mp);
         }
       };
-      if (gs == 32) {
-        if (one) go(qgemv_mma_gpl_kernel<T, 1, 1>);
-        else go(qgemv_mma_gpl_kernel<T, 1, 4>);
-      } else {
-        if (one) go(qgemv_mma_gpl_kernel<T, 2, 1>);
-        else go(qgemv_mma_gpl_kernel<T, 2, 4>);
-      }
+      auto by_np = [&](auto wpl) {
+        constexpr int W = decltype(wpl)::value;
+        if (np == 4) return go(qgemv_mma_gpl_kernel<T, W, 4>);
+        if (np == 2) return go(qgemv_mma_gpl_kernel<T, W, 2>);
+        if (occ) return go(qgemv_mma_gpl_kernel<T, W, 1, 4>);
+        go(qgemv_mma_gpl_kernel<T, W, 1>);
+      };
+      if (gs == 32) by_np(std::integral_constant<int, 1>{});
+      else by_np(std::integral_constant<int, 2>{});
       return true;
     }
     mp.ks = choose_ks(tiles, mp.groups);
     const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
     const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : kRows);
-    if (gs == 32) launch_unrolled<T, 1>(mp, col_blocks, row_blocks, st);
-    else if (gs == 64) launch_unrolled<T, 2>(mp, col_blocks, row_blocks, st);
-    else launch_unrolled<T, 4>(mp, col_blocks, row_blocks, st);
+    if (gs == 32) launch_kslice<T, 1>(mp, col_blocks, row_blocks, st);
+    else if (gs == 64) launch_kslice<T, 2>(mp, col_blocks, row_blocks, st);
+    else launch_kslice<T, 4>(mp, col_blocks, row_blocks, st);
     return true;
   }
 }
