@@ -2,10 +2,11 @@
 // keys at positions <= its own (and within the sliding window), GQA, fp32 online softmax
 // (Milakov & Gimelshein) per (token, head).
 //
-// Keys are cut into fixed spans of kSpan positions. One block of kWarps warps computes a span's
-// partial (max, sum, unnormalized V) for one (token, head): warp w scores keys w*16 .. w*16+15 of
-// the span with the lanes splitting head_dim (coalesced rows, one warp_sum per key), then the
-// warps' partials merge in warp order. Two launch shapes use that same span code and the same
+// Keys are cut into fixed spans of kSpan positions. One block of kWarps (8) warps computes a
+// span's partial (max, sum, unnormalized V) for one (token, head): warp w scores keys w*8 .. w*8+7
+// of the span with the lanes splitting head_dim (coalesced rows, one warp_sum per key), then the
+// warps' partials merge in warp order (8 warps of 8 keys: 29 -> 26 us per 8B decode layer on the
+// H200 against 4 of 16, run 21: twice the warps to hide each key's dependent chain). Two launch shapes use that same span code and the same
 // span-after-span merge (explicit fmaf / __fmul_rn, so no contraction differs between them):
 //  - split (flash-decoding; small steps such as decode): one block per (span, head, token), grid
 //    independent of the real lengths; every block stores its partial in the workspace and the
@@ -17,7 +18,6 @@
 // equals prefill. Same source for CUDA and HIP.
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
@@ -30,6 +30,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * MLXCEL_WARP_SIZE;
 constexpr int kSpan = 64;                                   // key positions per span
 constexpr int kKeysPerWarp = kSpan / kWarps;                // 8
+constexpr int kChunk = 4;                                   // keys whose loads overlap
 constexpr int kMaxDim = 256;                                // head_dim and v_dim limit
 constexpr int kPer = kMaxDim / MLXCEL_WARP_SIZE;            // head_dim elements per lane
 constexpr int kDPer = (kMaxDim + kThreads - 1) / kThreads;  // v_dim elements per thread (merge)
@@ -94,12 +95,11 @@ __device__ __forceinline__ void load_q(const AttnParams& p, Smem& sm, std::int64
 }
 
 // The span's partial into sm.pm / sm.pl / sm.pacc (all threads call it; ends synchronized).
-// Every load is unconditional (masked keys read key pos), so a chunk's CH K rows (then V rows)
-// are in flight at once instead of one dependent load chain per key.
-template <typename KT, int CH>
+// Every load is unconditional (masked keys read key pos), so a chunk's kChunk K rows (then V
+// rows) are in flight at once instead of one dependent load chain per key.
+template <typename KT>
 __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
                              std::int64_t span) {
-  static_assert(kKeysPerWarp % CH == 0, "a warp's keys are whole chunks");
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
   if (threadIdx.x < kSpan) {
     std::int64_t j = span * kSpan + threadIdx.x;
@@ -121,16 +121,15 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
     const int d = lane + i * MLXCEL_WARP_SIZE;
     qr[i] = d < p.head_dim ? sm.q[d] : 0.0f;
   }
-  // The key loops stay rolled over chunks of CH keys, whose loads are in flight together (a fully
-  // unrolled 16-key loop was 55 KB of SASS for no measured gain before the loads were clamped;
-  // chunk_keys() picks CH).
+  // The key loops stay rolled over chunks of kChunk keys, whose loads are in flight together
+  // (chunks of 4, 8 and 16 keys measured the same on the H200, run 19).
   // Lane e keeps key e's score (masked: -inf); the V loop fetches it with a shuffle.
   float mw = -INFINITY, my_s = -INFINITY;
 #pragma unroll 1
-  for (int e0 = 0; e0 < kKeysPerWarp; e0 += CH) {
-    float s[CH];
+  for (int e0 = 0; e0 < kKeysPerWarp; e0 += kChunk) {
+    float s[kChunk];
 #pragma unroll
-    for (int c = 0; c < CH; ++c) {
+    for (int c = 0; c < kChunk; ++c) {
       const KT* kr = reinterpret_cast<const KT*>(p.base + sm.kofs[k0 + e0 + c]);
       float dot = 0.0f;
 #pragma unroll
@@ -143,7 +142,7 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
       s[c] = dot;
     }
 #pragma unroll
-    for (int c = 0; c < CH; ++c) {
+    for (int c = 0; c < kChunk; ++c) {
       const std::int64_t j = j0 + e0 + c;
       float v = warp_sum(s[c]);
       if (j < th.first || j > th.pos) v = -INFINITY;
@@ -157,9 +156,9 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
   for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
   if (mw != -INFINITY) {  // warp-uniform
 #pragma unroll 1
-    for (int e0 = 0; e0 < kKeysPerWarp; e0 += CH) {
+    for (int e0 = 0; e0 < kKeysPerWarp; e0 += kChunk) {
 #pragma unroll
-      for (int c = 0; c < CH; ++c) {
+      for (int c = 0; c < kChunk; ++c) {
         const float sc = gpu_shfl(my_s, e0 + c);
         const float pj = sc == -INFINITY ? 0.0f : expf(sc - mw);
         lw += pj;
@@ -244,7 +243,7 @@ __device__ __forceinline__ void init(Running& r) {
 }
 
 // grid (T, n_heads): one block per (token, head) walking its spans.
-template <typename T, typename KT, int CH>
+template <typename T, typename KT>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
   __shared__ Smem sm;
   const std::int64_t t = blockIdx.x;
@@ -255,7 +254,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
   Running r;
   init(r);
   for (std::int64_t z = th.first / kSpan; z <= th.pos / kSpan; ++z) {
-    span_partial<KT, CH>(p, sm, th, z);
+    span_partial<KT>(p, sm, th, z);
     float a2[kDPer];
 #pragma unroll
     for (int i = 0; i < kDPer; ++i) {
@@ -269,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
 }
 
 // grid (n_spans, n_heads, T): one block per (span, head, token); the last to finish merges.
-template <typename T, typename KT, int CH>
+template <typename T, typename KT>
 __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p) {
   __shared__ Smem sm;
   const std::int64_t span = blockIdx.x, t = blockIdx.z;
@@ -279,7 +278,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p)
   if (span < z0 || span > z1) return;  // block-uniform, before any barrier
   load_q<T>(p, sm, t, h);
   __syncthreads();
-  span_partial<KT, CH>(p, sm, th, span);
+  span_partial<KT>(p, sm, th, span);
   const std::int64_t pair = t * p.n_heads + h;
   const std::int64_t stride = p.v_dim + 2;
   float* part = p.partials + (pair * p.n_spans + span) * stride;
@@ -335,17 +334,6 @@ bool split_enabled() {
     return !(v && std::strcmp(v, "0") == 0);
   }();
   return on;
-}
-
-// Keys per chunk whose K (then V) loads are in flight together: 4 (HIP builds: 4 only, which
-// the gfx resource gate checks); MLXCEL_GPU_ATTN_CHUNK = 8 on CUDA (a measuring knob).
-int chunk_keys() {
-  static const int ch = [] {
-    const char* v = std::getenv("MLXCEL_GPU_ATTN_CHUNK");
-    const int c = v ? std::atoi(v) : 0;
-    return c == 8 ? c : 4;
-  }();
-  return ch;
 }
 
 Plan plan(const backend::AttentionArgs& a) {
@@ -416,22 +404,14 @@ void attention(const backend::AttentionArgs& a, void* workspace, const Stream& s
     using A = decltype(tag);
     dispatch_act(kv.dtype, "attention (KV cache dtype)", [&](auto ktag) {
       using K = decltype(ktag);
-      auto go = [&](auto ch) {
-        constexpr int CH = decltype(ch)::value;
-        if (pl.split) {
-          const dim3 grid(static_cast<unsigned>(pl.n_spans), static_cast<unsigned>(a.n_heads),
-                          static_cast<unsigned>(n_tok));
-          attention_split_kernel<A, K, CH><<<grid, kThreads, 0, st>>>(p);
-        } else {
-          const dim3 grid(static_cast<unsigned>(n_tok), static_cast<unsigned>(a.n_heads));
-          attention_kernel<A, K, CH><<<grid, kThreads, 0, st>>>(p);
-        }
-      };
-#if defined(MLXCEL_GPU_CUDA)
-      const int ch = chunk_keys();
-      if (ch == 8) return go(std::integral_constant<int, 8>{});
-#endif
-      go(std::integral_constant<int, 4>{});
+      if (pl.split) {
+        const dim3 grid(static_cast<unsigned>(pl.n_spans), static_cast<unsigned>(a.n_heads),
+                        static_cast<unsigned>(n_tok));
+        attention_split_kernel<A, K><<<grid, kThreads, 0, st>>>(p);
+      } else {
+        const dim3 grid(static_cast<unsigned>(n_tok), static_cast<unsigned>(a.n_heads));
+        attention_kernel<A, K><<<grid, kThreads, 0, st>>>(p);
+      }
     });
   });
   check_launch("attention", s.device());

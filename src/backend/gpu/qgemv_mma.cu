@@ -2,10 +2,10 @@
 //
 // Why: the SIMT qgemv (linear.cu) spends ~5.5 instructions per weight turning codes into floats
 // and multiplying them, so a block's compute phase is as long as its memory round trip and the
-// 8B's GEMVs reach ~1.1 TB/s of the H200's 4.2 (dev/NOTES.md, session 7). Here a warp computes a
-// 16-column tile with the weights as the mma's A operand (rows = output columns) and up to 8
-// activation rows as B, so decoding is one shift and one LOP3 per two weights and the multiply-adds
-// are one instruction per 256 weights.
+// 8B's GEMVs reached ~1.1 TB/s of the H200's 4.2 (dev/NOTES.md, session 7). Here a warp computes a
+// 16-column tile with the weights as the mma's A operand (rows = output columns) and activation
+// rows in B, so decoding is one shift and one LOP3 per two weights and the multiply-adds are one
+// instruction per 256 weights (8B decode 168 -> 236 tok/s, runs 18-22).
 //
 // Exactness: codes c (0..15) are placed into bf16 / f16 pairs as (off + c) by OR-ing them into the
 // mantissa of `off` (128 for bf16, 1024 for f16), both exact; the tensor core multiplies them by
@@ -14,15 +14,19 @@
 // and sum x comes from a second mma with A = ones. So the math is the SIMT kernel's
 // (s * sum c x + b * sum x, fp32) with another summation order.
 //
-// K order: a dot product does not care in which order k runs, as long as A and B agree. Lane
-// (g, t) (g = lane / 4, t = lane % 4) loads its own contiguous gs / 4 weights of rows g and g + 8
-// of each group, and the x values at the same k; each code word of 8 weights gives the pairs
-// (c0, c4), (c1, c5), (c2, c6), (c3, c7) and the x pairs are permuted to match. Each mma's 16 k
-// stay inside one group, so the group's scale applies after the mma.
+// K order: a dot product does not care in which order k runs, as long as A and B agree. Each code
+// word of 8 weights gives the pairs (c0, c4), (c1, c5), (c2, c6), (c3, c7), and the x pairs are
+// permuted to match with two PRMT per mma. Two kernels place the groups differently:
+//  - qgemv_mma_gpl_kernel (group sizes 32 / 64, an even group count; the default): lane t of a
+//    quad holds whole groups and the mma's N separates them (one column per row and group);
+//  - qgemv_mma_kernel (group size 128, odd group counts, or MLXCEL_GPU_QGEMV_MMA_GPL=0): lane t
+//    holds gs / 4 weights of each group, so each mma's 16 k lie in one group, and the N columns
+//    are 8 activation rows (faster above a few rows: run 21-22's batch 16, 1,473 against 1,108
+//    tok/s; slower at one row, 194 against 236).
 //
 // Batch invariance: an output (row, column) is its own dot product in the mma, and the group
 // loop and the K split depend on the matrix only, so a row's result is the same alone or among
-// 64 rows.
+// 64 rows (which kernel runs depends on the matrix and the process's switch, never the batch).
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -268,10 +272,9 @@ __device__ __forceinline__ float code_value(std::uint32_t word, int code, std::i
 // two adjacent groups are one 4-byte word. Per output the sum runs: each group inside the mma,
 // groups 4c + j over the chunks c in order (j = 0..3 in four accumulators), then
 // (j0 + j1) + (j2 + j3), then the K slices in warp order: fixed by the matrix, never the batch.
-// NP mma column sets of 2 rows each (NP = 1 for 1-2 rows and expert-indexed rows; see gpl_np);
-// MB > 0 caps registers for MB blocks per SM (a measuring variant; 0: no cap).
-template <typename T, int WPL, int NP, int MB = 0>
-__global__ void __launch_bounds__(kThreads, MB) qgemv_mma_gpl_kernel(MmaParams mp) {
+// NP mma column sets of 2 rows each (1 for 1-2 rows and expert-indexed rows, else 2).
+template <typename T, int WPL, int NP>
+__global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
   constexpr int GW = 4 * WPL;    // words of one group row
@@ -487,15 +490,12 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       mp.ks = choose_ks(tiles, mp.groups);
       while (mp.ks > chunks) mp.ks /= 2;
       const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
-      // Column sets per block above 2 rows: MLXCEL_GPU_QGEMV_MMA_NP = 1, 2 or 4 (a measuring
-      // knob; each row's arithmetic is the same whichever, so results are too).
-      static const int np_knob = [] {
-        const int v = env_int("MLXCEL_GPU_QGEMV_MMA_NP", 2);
-        return v == 1 || v == 4 ? v : 2;
-      }();
-      // MLXCEL_GPU_QGEMV_MMA_OCC=1: registers capped for 4 blocks per SM (1-2 rows; measuring).
-      static const bool occ = env_int("MLXCEL_GPU_QGEMV_MMA_OCC", 0) != 0;
-      const int np = p.experts || p.m <= 2 ? 1 : np_knob;
+      // Column sets per block: 1 at 1-2 rows (and expert-indexed rows), else 2. Each row's
+      // arithmetic is the same either way, so results are too. Measured at batch 16 (run 22):
+      // 2 sets 1,108 tok/s, 1 set 843 (the weights re-read per row pair), 4 sets 910 (184
+      // registers); capping registers for 4 blocks per SM at batch 1 spilled 96 B and lost
+      // (236 -> 211 tok/s).
+      const int np = p.experts || p.m <= 2 ? 1 : 2;
       const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
       auto go = [&](auto kernel) {
         constexpr std::int64_t kMaxGridY = 65535;
@@ -507,9 +507,7 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       };
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;
-        if (np == 4) return go(qgemv_mma_gpl_kernel<T, W, 4>);
         if (np == 2) return go(qgemv_mma_gpl_kernel<T, W, 2>);
-        if (occ) return go(qgemv_mma_gpl_kernel<T, W, 1, 4>);
         go(qgemv_mma_gpl_kernel<T, W, 1>);
       };
       if (gs == 32) by_np(std::integral_constant<int, 1>{});
