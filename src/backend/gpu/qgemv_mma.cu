@@ -493,8 +493,8 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       // Column sets per block: 1 at 1-2 rows (and expert-indexed rows), else 2. Each row's
       // arithmetic is the same either way, so results are too. Measured at batch 16 (run 22):
       // 2 sets 1,108 tok/s, 1 set 843 (the weights re-read per row pair), 4 sets 910 (184
-      // registers); capping registers for 4 blocks per SM at batch 1 spilled 96 B and lost
-      // (236 -> 211 tok/s).
+      // registers); capping registers at batch 1 lost: 4 blocks per SM (64 registers, 96 B
+      // spilled) 236 -> 211 tok/s, 3 blocks (80, 16 B spilled) 239 -> 230 (runs 22-23).
       const int np = p.experts || p.m <= 2 ? 1 : 2;
       const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
       auto go = [&](auto kernel) {
