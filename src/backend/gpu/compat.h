@@ -171,6 +171,19 @@ inline std::string device_arch_name(const gpuDeviceProp_t& p) {
   return "sm_" + std::to_string(p.major) + std::to_string(p.minor);
 #endif
 }
+// The compute capability's major number of `device` (NVIDIA; -1 when the query fails). AMD
+// targets answer 0: no feature keyed on it exists there.
+inline int device_cc_major(int device) {
+#if defined(MLXCEL_GPU_HIP)
+  (void)device;
+  return 0;
+#else
+  int major = -1;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess
+             ? major
+             : -1;
+#endif
+}
 inline std::string runtime_name() {
 #if defined(MLXCEL_GPU_HIP)
   return "HIP";

@@ -419,12 +419,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
 bool mma_capable(int device) {
   static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
   if (device < 0 || device >= 64) return false;
-  if (cached[device] == 0) {
-    int major = 0;
-    const bool ok =
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess;
-    cached[device] = ok && major >= 8 ? 1 : 2;
-  }
+  if (cached[device] == 0) cached[device] = device_cc_major(device) >= 8 ? 1 : 2;
   return cached[device] == 1;
 }
 
