@@ -6,8 +6,9 @@
 // span's partial (max, sum, unnormalized V) for one (token, head): warp w scores keys w*8 .. w*8+7
 // of the span with the lanes splitting head_dim (coalesced rows, one warp_sum per key), then the
 // warps' partials merge in warp order (8 warps of 8 keys: 29 -> 26 us per 8B decode layer on the
-// H200 against 4 of 16, run 21: twice the warps to hide each key's dependent chain). Two launch shapes use that same span code and the same
-// span-after-span merge (explicit fmaf / __fmul_rn, so no contraction differs between them):
+// H200 against 4 of 16, run 21: twice the warps to hide each key's dependent chain). Two launch
+// shapes use that same span code and the same span-after-span merge (explicit fmaf / __fmul_rn,
+// so no contraction differs between them):
 //  - split (flash-decoding; small steps such as decode): one block per (span, head, token), grid
 //    independent of the real lengths; every block stores its partial in the workspace and the
 //    last block of a (token, head) to finish (an atomic counter) merges the spans in position

@@ -1,10 +1,10 @@
 // Linear y = round(x · Wᵀ + bias) for every weight format, dequantizing in-kernel with fp32
 // accumulation. Quantized weights with few rows (decode up to 64 rows, and expert-indexed MoE
 // rows): qgemv_kernel, batch invariant; affine 4-bit with bf16 / f16 activations on CUDA sm_80+
-// takes the tensor-core qgemv_mma (qgemv_mma.cu) instead. Dense weights with few rows (M <= 8): a GEMV with one
-// warp per output column that streams each weight once for all rows (also the quantized path
-// under MLXCEL_GPU_QGEMV=0). More rows (prefill): a 64x64 tiled GEMM over 32-wide K slices
-// staged through shared memory. Same source for CUDA and HIP.
+// takes the tensor-core qgemv_mma (qgemv_mma.cu) instead. Dense weights with few rows (M <= 8):
+// a GEMV with one warp per output column that streams each weight once for all rows (also the
+// quantized path under MLXCEL_GPU_QGEMV=0). More rows (prefill): a 64x64 tiled GEMM over
+// 32-wide K slices staged through shared memory. Same source for CUDA and HIP.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>

@@ -37,10 +37,10 @@ __device__ __forceinline__ WPtrs wptrs(const LinParams& p, std::int64_t m) {
   return r;
 }
 
-// Decode GEMV over affine 4-bit weights on the matrix units (qgemv_mma.cu): launches and returns
-// true when this device, activation type and matrix have that path (CUDA sm_80+, bf16 / f16
-// activations, group size 32 / 64 / 128, up to 64 rows or expert-indexed rows, 16-byte aligned
-// operands, not switched off by MLXCEL_GPU_QGEMV_MMA=0); false leaves the work to the caller.
+// Decode GEMV over affine 4-bit weights on the matrix units (qgemv_mma.cu), for a matrix that
+// linear.cu's launch already gave to the qgemv path (up to 64 rows or expert-indexed rows,
+// 16-byte aligned operands): launches and returns true on CUDA sm_80+ with bf16 / f16
+// activations unless MLXCEL_GPU_QGEMV_MMA=0; false leaves the work to the SIMT qgemv.
 template <typename T>
 bool qgemv_mma(const LinParams& p, const Stream& s);
 

@@ -30,7 +30,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "backend/gpu/linear.cuh"
@@ -40,18 +39,17 @@ namespace mlxcel::gpu {
 #if defined(MLXCEL_GPU_CUDA)
 namespace {
 
-constexpr int kWarps = 8;                        // warps per block
+constexpr int kWarps = 8;  // warps per block
 constexpr int kThreads = kWarps * MLXCEL_WARP_SIZE;
-constexpr int kRows = 8;                         // activation rows per block: the mma's N
-constexpr int kTileCols = 16;                    // output columns per warp: the mma's M
-constexpr std::int64_t kMaxRows = 64;            // beyond this the tiled GEMM wins
-constexpr std::int64_t kTargetWarps = 2048;      // ~16 warps per SM on a 132-SM H200
+constexpr int kRows = 8;                     // activation rows per block: the mma's N
+constexpr int kTileCols = 16;                // output columns per warp: the mma's M
+constexpr std::int64_t kTargetWarps = 2048;  // ~16 warps per SM on a 132-SM H200
 
 struct MmaParams {
   LinParams p;
-  int ks = 1;                    // warps per column tile, splitting the groups of K
-  std::int64_t groups = 0;       // groups per row: k / group_size
-  std::int64_t col_block0 = 0;   // the first column block of this launch
+  int ks = 1;                   // warps per column tile, splitting the groups of K
+  std::int64_t groups = 0;      // groups per row: k / group_size
+  std::int64_t col_block0 = 0;  // the first column block of this launch
 };
 
 // The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
@@ -73,8 +71,8 @@ struct Magic<f16> {
 
 // d += A (16x16, row) . B (16x8, col), fp32 accumulation.
 template <typename T>
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4],
-                                    std::uint32_t b0, std::uint32_t b1) {
+__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                    std::uint32_t b1) {
 #if __CUDA_ARCH__ >= 800
   if constexpr (std::is_same_v<T, bf16>) {
     asm volatile(
@@ -162,7 +160,7 @@ struct LaneWork {
   WPtrs wp;
   const std::uint32_t* wa;  // row na's words of this lane in group 0
   const std::uint32_t* wb;
-  const T* xr;              // the x values of this lane in group 0
+  const T* xr;  // the x values of this lane in group 0
   bool has_x;
 
   static constexpr int kGroupWords = 4 * WPL;  // a group's words per row
@@ -189,8 +187,7 @@ struct LaneWork {
     wb = static_cast<const std::uint32_t*>(wp.w) + nb * row_words + t * WPL;
     // Lane g feeds activation row m0 + g; lanes past the block's rows feed zeros.
     has_x = g < mc;
-    xr = static_cast<const T*>(p.x) + ((m0 + (has_x ? g : 0)) / p.x_div) * p.x_stride +
-         t * WPL * 8;
+    xr = static_cast<const T*>(p.x) + ((m0 + (has_x ? g : 0)) / p.x_div) * p.x_stride + t * WPL * 8;
     q_begin = G * kw / mp.ks, q_end = G * (kw + 1) / mp.ks;
   }
 
@@ -216,8 +213,8 @@ struct LaneWork {
       const int row = 2 * t + (i & 1);
       const std::int64_t n = n0 + g + 8 * (i >> 1);
       if (row < mc && n <= n_last)
-        store(static_cast<T*>(p.y), (m0 + row) * p.y_stride + n,
-              s + (p.bias ? p.bias[n] : 0.0f), p.round);
+        store(static_cast<T*>(p.y), (m0 + row) * p.y_stride + n, s + (p.bias ? p.bias[n] : 0.0f),
+              p.round);
     }
   }
 };
@@ -277,8 +274,8 @@ template <typename T, int WPL, int NP>
 __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
-  constexpr int GW = 4 * WPL;    // words of one group row
-  constexpr int GK = 32 * WPL;   // group size
+  constexpr int GW = 4 * WPL;   // words of one group row
+  constexpr int GK = 32 * WPL;  // group size
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
   const int g = lane / 4, t = lane % 4;
   const int tile = warp / mp.ks, kw = warp % mp.ks;
@@ -317,9 +314,9 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   const std::uint32_t ones[4] = {Magic<T>::kOnes, Magic<T>::kOnes, Magic<T>::kOnes,
                                  Magic<T>::kOnes};
   for (std::int64_t c = c_begin; c < c_end; ++c) {
-    const std::int64_t grp = 4 * c + t;               // this lane's group
+    const std::int64_t grp = 4 * c + t;  // this lane's group
     const bool valid = grp < G;
-    const std::int64_t gl = valid ? grp : G - 1;      // clamped: its B is zero
+    const std::int64_t gl = valid ? grp : G - 1;  // clamped: its B is zero
     std::uint32_t ra[GW], rb[GW];
 #pragma unroll
     for (int i = 0; i < GW / 4; ++i) {
@@ -334,10 +331,14 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
     if (sg > G - 2) sg = G - 2;
     float s_a[2], b_a[2], s_b[2], b_b[2];
     if (code == 0) {
-      const float2 x0 = *reinterpret_cast<const float2*>(static_cast<const float*>(wp.scales) + na * G + sg);
-      const float2 x1 = *reinterpret_cast<const float2*>(static_cast<const float*>(wp.biases) + na * G + sg);
-      const float2 x2 = *reinterpret_cast<const float2*>(static_cast<const float*>(wp.scales) + nb * G + sg);
-      const float2 x3 = *reinterpret_cast<const float2*>(static_cast<const float*>(wp.biases) + nb * G + sg);
+      const float2 x0 =
+          *reinterpret_cast<const float2*>(static_cast<const float*>(wp.scales) + na * G + sg);
+      const float2 x1 =
+          *reinterpret_cast<const float2*>(static_cast<const float*>(wp.biases) + na * G + sg);
+      const float2 x2 =
+          *reinterpret_cast<const float2*>(static_cast<const float*>(wp.scales) + nb * G + sg);
+      const float2 x3 =
+          *reinterpret_cast<const float2*>(static_cast<const float*>(wp.biases) + nb * G + sg);
       s_a[0] = x0.x, s_a[1] = x0.y, b_a[0] = x1.x, b_a[1] = x1.y;
       s_b[0] = x2.x, s_b[1] = x2.y, b_b[0] = x3.x, b_b[1] = x3.y;
     } else {
@@ -360,14 +361,12 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
       uint4 xv[NP];
 #pragma unroll
       for (int q = 0; q < NP; ++q)
-        xv[q] = gives[q] && valid
-                    ? reinterpret_cast<const uint4*>(xrow[q] + grp * GK)[w]
-                    : make_uint4(0, 0, 0, 0);
+        xv[q] = gives[q] && valid ? reinterpret_cast<const uint4*>(xrow[q] + grp * GK)[w]
+                                  : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const std::uint32_t a[4] = {code_pair<T>(ra[w], 2 * h), code_pair<T>(rb[w], 2 * h),
-                                    code_pair<T>(ra[w], 2 * h + 1),
-                                    code_pair<T>(rb[w], 2 * h + 1)};
+                                    code_pair<T>(ra[w], 2 * h + 1), code_pair<T>(rb[w], 2 * h + 1)};
 #pragma unroll
         for (int q = 0; q < NP; ++q) {
           const std::uint32_t lo = h ? xv[q].y : xv[q].x, hi = h ? xv[q].w : xv[q].z;
@@ -383,9 +382,10 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
     for (int q = 0; q < NP; ++q)
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        acc[q][u] = fmaf(s_a[u], d[q][u], fmaf(b_a[u] - Magic<T>::kOff * s_a[u], e[q][u], acc[q][u]));
-        acc[q][2 + u] =
-            fmaf(s_b[u], d[q][2 + u], fmaf(b_b[u] - Magic<T>::kOff * s_b[u], e[q][u], acc[q][2 + u]));
+        acc[q][u] =
+            fmaf(s_a[u], d[q][u], fmaf(b_a[u] - Magic<T>::kOff * s_a[u], e[q][u], acc[q][u]));
+        acc[q][2 + u] = fmaf(s_b[u], d[q][2 + u],
+                             fmaf(b_b[u] - Magic<T>::kOff * s_b[u], e[q][u], acc[q][2 + u]));
       }
   }
   // Per row: (j0 + j1) of the even lane t, then + (j2 + j3) of its odd partner.
@@ -410,8 +410,8 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
       const int row = 2 * q + t / 2;
       const std::int64_t n = n0 + g + 8 * r2;
       if (row < mc && n <= n_last)
-        store(static_cast<T*>(p.y), (m0 + row) * p.y_stride + n,
-              v + (p.bias ? p.bias[n] : 0.0f), p.round);
+        store(static_cast<T*>(p.y), (m0 + row) * p.y_stride + n, v + (p.bias ? p.bias[n] : 0.0f),
+              p.round);
     }
 }
 
@@ -442,15 +442,15 @@ int choose_ks(std::int64_t tiles, std::int64_t groups) {
   return ks;
 }
 
-template <typename T, int WPL>
-void launch_kslice(const MmaParams& base, std::int64_t col_blocks, unsigned row_blocks,
-                   gpuStream_t st) {
+// Column blocks go in y, at most 65,535 per launch (a 262k vocabulary has more).
+template <typename Kernel>
+void launch_grid(Kernel kernel, MmaParams mp, std::int64_t col_blocks, unsigned row_blocks,
+                 gpuStream_t st) {
   constexpr std::int64_t kMaxGridY = 65535;
-  MmaParams mp = base;
   for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
     mp.col_block0 = c0;
     const dim3 grid(row_blocks, static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
-    qgemv_mma_kernel<T, WPL><<<grid, kThreads, 0, st>>>(mp);
+    kernel<<<grid, kThreads, 0, st>>>(mp);
   }
 }
 
@@ -462,16 +462,8 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
     return false;
   } else {
     static const bool on = env_int("MLXCEL_GPU_QGEMV_MMA", 1) != 0;
+    if (!on || !mma_capable(s.device())) return false;
     const int gs = p.w.group_size;
-    if (!on || (gs != 32 && gs != 64 && gs != 128) || (!p.experts && p.m > kMaxRows) ||
-        !mma_capable(s.device()))
-      return false;
-    // 16-byte loads of x rows and of 4 * WPL-byte weight slices.
-    const bool aligned = reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
-                         (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0 &&
-                         reinterpret_cast<std::uintptr_t>(p.w.w) % 16 == 0 &&
-                         p.w.expert_stride_w % 16 == 0 && p.w.k % gs == 0;
-    if (!aligned) return false;
     MmaParams mp;
     mp.p = p;
     mp.groups = p.w.k / gs;
@@ -480,11 +472,12 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
     // One group per lane (MLXCEL_GPU_QGEMV_MMA_GPL=0: off): group sizes 32 / 64 with an even
     // group count (a lane's two scales are one aligned word).
     static const bool gpl = env_int("MLXCEL_GPU_QGEMV_MMA_GPL", 1) != 0;
-    if (gpl && gs <= 64 && mp.groups % 2 == 0) {
-      const std::int64_t chunks = (mp.groups + 3) / 4;
-      mp.ks = choose_ks(tiles, mp.groups);
-      while (mp.ks > chunks) mp.ks /= 2;
-      const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
+    const bool one_group_per_lane = gpl && gs <= 64 && mp.groups % 2 == 0;
+    mp.ks = choose_ks(tiles, mp.groups);
+    if (one_group_per_lane)
+      while (mp.ks > (mp.groups + 3) / 4) mp.ks /= 2;  // at most one warp per 4-group chunk
+    const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
+    if (one_group_per_lane) {
       // Column sets per block: 1 at 1-2 rows (and expert-indexed rows), else 2. Each row's
       // arithmetic is the same either way, so results are too. Measured at batch 16 (run 22):
       // 2 sets 1,108 tok/s, 1 set 843 (the weights re-read per row pair), 4 sets 910 (184
@@ -492,29 +485,25 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       // spilled) 236 -> 211 tok/s, 3 blocks (80, 16 B spilled) 239 -> 230 (runs 22-23).
       const int np = p.experts || p.m <= 2 ? 1 : 2;
       const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
-      auto go = [&](auto kernel) {
-        constexpr std::int64_t kMaxGridY = 65535;
-        for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
-          mp.col_block0 = c0;
-          const dim3 grid(row_blocks, static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
-          kernel<<<grid, kThreads, 0, st>>>(mp);
-        }
-      };
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;
-        if (np == 2) return go(qgemv_mma_gpl_kernel<T, W, 2>);
-        go(qgemv_mma_gpl_kernel<T, W, 1>);
+        if (np == 2)
+          return launch_grid(qgemv_mma_gpl_kernel<T, W, 2>, mp, col_blocks, row_blocks, st);
+        launch_grid(qgemv_mma_gpl_kernel<T, W, 1>, mp, col_blocks, row_blocks, st);
       };
-      if (gs == 32) by_np(std::integral_constant<int, 1>{});
-      else by_np(std::integral_constant<int, 2>{});
+      if (gs == 32)
+        by_np(std::integral_constant<int, 1>{});
+      else
+        by_np(std::integral_constant<int, 2>{});
       return true;
     }
-    mp.ks = choose_ks(tiles, mp.groups);
-    const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
     const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : kRows);
-    if (gs == 32) launch_kslice<T, 1>(mp, col_blocks, row_blocks, st);
-    else if (gs == 64) launch_kslice<T, 2>(mp, col_blocks, row_blocks, st);
-    else launch_kslice<T, 4>(mp, col_blocks, row_blocks, st);
+    if (gs == 32)
+      launch_grid(qgemv_mma_kernel<T, 1>, mp, col_blocks, row_blocks, st);
+    else if (gs == 64)
+      launch_grid(qgemv_mma_kernel<T, 2>, mp, col_blocks, row_blocks, st);
+    else
+      launch_grid(qgemv_mma_kernel<T, 4>, mp, col_blocks, row_blocks, st);
     return true;
   }
 }
