@@ -151,6 +151,15 @@ void Backend::account(MemoryKind kind, std::size_t bytes, bool add) {
   }
 }
 
+// A backend without graph capture is never asked to capture (can_capture is false).
+void Backend::begin_capture() {
+  throw_error(ErrorCategory::kInternal, name() + ": no graph capture on this backend");
+}
+std::unique_ptr<Recording> Backend::end_capture() { return nullptr; }
+void Backend::replay(const Recording&) {
+  throw_error(ErrorCategory::kInternal, name() + ": no graph capture on this backend");
+}
+
 std::unique_ptr<Backend> create_backend(BackendKind kind, Numerics numerics) {
   if (kind == BackendKind::kCpu) return std::make_unique<cpu::CpuBackend>(numerics);
   if (numerics == Numerics::kMlx)

@@ -276,6 +276,12 @@ enum class CopyKind : std::uint8_t { kHostToDevice = 0, kDeviceToHost = 1, kDevi
 
 class Backend;
 
+// A backend's recording of a sequence of ops (Backend::end_capture); opaque to callers.
+class Recording {
+ public:
+  virtual ~Recording() = default;
+};
+
 // RAII device memory from one backend.
 class DeviceBuffer {
  public:
@@ -339,8 +345,27 @@ class Backend {
   virtual void gather_rows(const GatherRowsArgs& a) = 0;
   virtual void sample(const SampleArgs& a) = 0;
 
-  // Graph capture of a decode step (GPU backends); the CPU has none.
+  // Graph capture of a decode step (DESIGN.md "Decode is captured"; ops/step_graphs.h drives
+  // it). True while this backend can record and replay ops: GPU backends, unless switched off or
+  // profiling / synchronizing per op; the CPU has none.
   virtual bool can_capture() const { return false; }
+  // Turns recording on or off where the backend has it, whatever its default (`mlxcel selftest`
+  // checks it on devices where it is off by default); returns can_capture().
+  virtual bool set_capture(bool on) {
+    (void)on;
+    return false;
+  }
+  // Between begin_capture and end_capture the ops called are recorded, not run. end_capture
+  // returns the recording, or null when it failed (then none of those ops ran: run them again
+  // uncaptured). An op that would have to allocate while recording throws instead.
+  virtual void begin_capture();
+  virtual std::unique_ptr<Recording> end_capture();
+  // Runs a recording: the same kernels on the same addresses, reading the step's values from the
+  // device memory they were recorded against.
+  virtual void replay(const Recording& r);
+  // Changes whenever the backend replaces memory of its own that recordings address (scratch,
+  // attention partials): recordings made before a change are stale.
+  virtual std::uint64_t capture_epoch() const { return 0; }
 
   // CPU `--numerics mlx` replays mlx-lm's rotating sliding-window order (StepView::window_order).
   virtual bool wants_window_order() const { return false; }

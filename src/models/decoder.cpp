@@ -217,15 +217,30 @@ std::vector<ops::OpSignature> Decoder::required_ops() const {
 }
 
 ops::Act Decoder::forward_logits(const ops::StepInputs& step, const ops::KvLayout& kv) {
+  const ops::Exec& e = exec_;
+  const std::int64_t T = step.n_tokens(), R = static_cast<std::int64_t>(step.logit_rows.size());
+  MLXCEL_CHECK(T > 0, ErrorCategory::kInternal, "forward: empty step");
+  const bool graph = ops::StepGraphs::eligible(e, T);
+  const ops::StepView s = step_block_.upload(e.backend(), step, graph);
+  Buffers b;
+  plan(T, R, b);
+  if (!graph) {
+    run_step(kv, s, R, b);
+  } else {
+    const ops::StepGraphs::Shape shape{T, s.n_seqs, R, s.max_blocks};
+    const ops::StepGraphs::Memory mem{workspace_.data(), workspace_.capacity(),
+                                      step_block_.data(), step_block_.bytes(),
+                                      kv.base,            e.backend().capture_epoch()};
+    graphs_.run(e, shape, mem, [&] { run_step(kv, s, R, b); }, b.logits);
+  }
+  return b.logits;
+}
+
+void Decoder::run_step(const ops::KvLayout& kv, const ops::StepView& s, std::int64_t R,
+                       Buffers& b) {
   const ModelConfig& c = config_;
   const ops::Exec& e = exec_;
   const std::int64_t D = c.hidden_size;
-  const std::int64_t T = step.n_tokens(), R = static_cast<std::int64_t>(step.logit_rows.size());
-  MLXCEL_CHECK(T > 0, ErrorCategory::kInternal, "forward: empty step");
-  const ops::StepView s = step_block_.upload(e.backend(), step);
-  Buffers b;
-  plan(T, R, b);
-
   float scale = 1.0f;
   if (style.embed_scale) scale = bf16(std::sqrt(static_cast<float>(D))).to_float();
   ops::embed(e, embed, s, b.h, scale);
@@ -257,7 +272,6 @@ ops::Act Decoder::forward_logits(const ops::StepInputs& step, const ops::KvLayou
   e.emit("final_norm", -1, b.normed);
   ops::linear(e, lm_head ? *lm_head : embed, b.normed, b.logits);
   e.emit("logits", -1, b.logits);
-  return b.logits;
 }
 
 }  // namespace mlxcel::models

@@ -11,6 +11,7 @@
 #include "models/linear.h"
 #include "models/model.h"
 #include "models/rope.h"
+#include "ops/step_graphs.h"
 
 namespace mlxcel::models {
 
@@ -52,6 +53,7 @@ class Decoder final : public Model {
   std::size_t decode_bytes_per_token() const override;
   std::vector<ops::OpSignature> required_ops() const override;
   const ops::Exec& exec() const { return exec_; }
+  ops::StepGraphs::Stats graph_stats() const override { return graphs_.stats(); }
 
   // Stacks q/k/v into qkv and gate/up into gate_up where their formats match (one kernel, one
   // pass over x); called once after loading.
@@ -74,9 +76,12 @@ class Decoder final : public Model {
   void attention(DecoderLayer& L, int layer, const ops::KvLayout& kv, const ops::StepView& s,
                  Buffers& b);
   void feed_forward(const DecoderLayer& L, int layer, Buffers& b);
+  // The ops of one forward step (launches only: recordable by StepGraphs).
+  void run_step(const ops::KvLayout& kv, const ops::StepView& s, std::int64_t R, Buffers& b);
 
   ops::Workspace workspace_;
   ops::StepBlock step_block_;
+  ops::StepGraphs graphs_;
 };
 
 // Loaders shared by the family files.

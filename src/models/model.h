@@ -13,6 +13,7 @@
 #include "models/weights.h"
 #include "ops/ops.h"
 #include "ops/step.h"
+#include "ops/step_graphs.h"
 
 namespace mlxcel::models {
 
@@ -48,6 +49,9 @@ class Model {
   // (names as OpSignature::str gives them); empty when it runs entirely on the backend. The
   // loader refuses a model with the whole list rather than failing at the first op mid-step.
   std::vector<std::string> missing_ops() const;
+
+  // Decode steps run eagerly, recorded and replayed so far (ops/step_graphs.h).
+  virtual ops::StepGraphs::Stats graph_stats() const { return {}; }
 
   ops::Backend& backend() const { return exec_.backend(); }
   const ops::Exec& exec() const { return exec_; }

@@ -135,6 +135,7 @@ class Workspace {
   bool fits() const { return used_ <= capacity_; }
   void commit(Backend& be);
   std::size_t capacity() const { return capacity_; }
+  const void* data() const { return buf_ ? buf_->data() : nullptr; }
 
  private:
   std::shared_ptr<backend::DeviceBuffer> buf_;

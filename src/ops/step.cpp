@@ -4,7 +4,7 @@
 
 namespace mlxcel::ops {
 
-backend::StepView StepBlock::upload(backend::Backend& be, const StepInputs& s) {
+backend::StepView StepBlock::upload(backend::Backend& be, const StepInputs& s, bool bucket_blocks) {
   const std::int64_t T = s.n_tokens();
   MLXCEL_CHECK(T > 0 && static_cast<std::int64_t>(s.positions.size()) == T &&
                    static_cast<std::int64_t>(s.seq_of_token.size()) == T &&
@@ -18,9 +18,18 @@ backend::StepView StepBlock::upload(backend::Backend& be, const StepInputs& s) {
     packed_.insert(packed_.end(), v.begin(), v.end());
     return at;
   };
+  std::int64_t max_blocks = s.max_blocks;
+  if (bucket_blocks)
+    while (max_blocks & (max_blocks - 1)) max_blocks += max_blocks & -max_blocks;  // next 2^k
   const std::size_t o_tok = append(s.tokens), o_pos = append(s.positions),
-                    o_seq = append(s.seq_of_token), o_bt = append(s.block_tables),
-                    o_len = append(s.seq_lens), o_rows = append(s.logit_rows);
+                    o_seq = append(s.seq_of_token);
+  const std::size_t o_bt = packed_.size();
+  for (std::int64_t i = 0; i < s.n_seqs; ++i) {
+    const auto row = s.block_tables.begin() + static_cast<std::ptrdiff_t>(i * s.max_blocks);
+    packed_.insert(packed_.end(), row, row + static_cast<std::ptrdiff_t>(s.max_blocks));
+    packed_.insert(packed_.end(), static_cast<std::size_t>(max_blocks - s.max_blocks), -1);
+  }
+  const std::size_t o_len = append(s.seq_lens), o_rows = append(s.logit_rows);
   const std::size_t bytes = packed_.size() * sizeof(std::int32_t);
   const std::int32_t* host = packed_.data();
   const std::int32_t* dev = host;
@@ -34,7 +43,7 @@ backend::StepView StepBlock::upload(backend::Backend& be, const StepInputs& s) {
   backend::StepView v;
   v.n_tokens = T;
   v.n_seqs = s.n_seqs;
-  v.max_blocks = s.max_blocks;
+  v.max_blocks = max_blocks;
   v.tokens = dev + o_tok;
   v.positions = dev + o_pos;
   v.seq_of_token = dev + o_seq;

@@ -30,7 +30,15 @@ struct StepInputs {
 // The device copy of a StepInputs: one allocation, reused while it is large enough.
 class StepBlock {
  public:
-  backend::StepView upload(backend::Backend& be, const StepInputs& s);
+  // `bucket_blocks`: block tables padded (with -1) to the next power of two of max_blocks, so a
+  // recorded step's shape changes only when a sequence's block count doubles (StepGraphs).
+  backend::StepView upload(backend::Backend& be, const StepInputs& s, bool bucket_blocks = false);
+  // The memory the device views point into (the host block where host memory is device memory)
+  // and its capacity: a recorded step addresses it.
+  const void* data() const { return buf_ ? buf_->data() : packed_.data(); }
+  std::size_t bytes() const {
+    return buf_ ? buf_->bytes() : packed_.capacity() * sizeof(std::int32_t);
+  }
   const std::int32_t* logit_rows() const { return logit_rows_; }
   const std::int32_t* host_logit_rows() const { return host_logit_rows_; }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -17,6 +18,7 @@
 #include "runtime/kv_cache.h"
 #include "runtime/step.h"
 #include "selftest/device_check.h"
+#include "selftest/step_scenario.h"
 #include "selftest/tiny_model.h"
 
 namespace mlxcel::selftest {
@@ -67,6 +69,7 @@ class Runner {
   void gated();
   void sample();
   void models();
+  void step_graphs();
 
  private:
   Backend& dut_;
@@ -310,6 +313,46 @@ void Runner::models() {
   }
 }
 
+// Decode steps recorded and replayed (ops/step_graphs.h): the logits of 44 steps (batches of
+// 1-3, prefill chunks between) with recording on, bit for bit against the same steps run op by
+// op. Checked whatever the backend's default, so a device where recording is off by default
+// (HIP) can be checked before MLXCEL_GPU_GRAPHS=1 turns it on.
+void Runner::step_graphs() {
+  const bool was_on = dut_.can_capture();
+  if (!dut_.set_capture(true)) {
+    skip("decode graphs", "step recording", dut_.name() + " does not record steps");
+    return;
+  }
+  for (const char* type : {"llama", "qwen3_moe"}) {
+    const std::string sig = std::string(type) + " affine4, 44 steps replayed vs op by op";
+    check("decode graphs", sig, [&] {
+      testing_models::Tiny t = testing_models::make(type, true);
+      ops::StepGraphs::Stats stats;
+      auto rows = [&](bool record) {
+        dut_.set_capture(record);
+        auto model = models::build_model(t.cfg, t.w, dut_);
+        runtime::KvBlockPool pool(model->kv_layout(96, 4), &dut_);
+        auto r = testing_models::run_step_scenario(*model, pool);
+        if (record) stats = model->graph_stats();
+        return r;
+      };
+      const auto on = rows(true), off = rows(false);
+      dut_.set_capture(was_on);
+      if (stats.replayed == 0)
+        throw_error(ErrorCategory::kInternal, "no step was replayed (" +
+                                                  std::to_string(stats.failed) +
+                                                  " recordings failed)");
+      double mismatches = 0;
+      for (std::size_t i = 0; i < on.size(); ++i)
+        if (on[i].size() != off[i].size() ||
+            std::memcmp(on[i].data(), off[i].data(), on[i].size() * sizeof(float)) != 0)
+          ++mismatches;
+      return std::pair{mismatches, 0.0};
+    });
+  }
+  dut_.set_capture(was_on);
+}
+
 std::string result_name(Result r) {
   return r == Result::kPass ? "ok" : r == Result::kFail ? "FAIL" : "skip";
 }
@@ -332,6 +375,7 @@ Report run(Backend& dut, Backend& ref, bool quick) {
   r.gated();
   r.sample();
   r.models();
+  r.step_graphs();
   return r.report;
 }
 

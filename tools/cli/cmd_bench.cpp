@@ -329,6 +329,11 @@ int cmd_bench(const std::vector<std::string>& args) {
               roofline, tg_med / roofline);
   std::printf("peak device memory: %.1f MiB; host peak RSS %.0f MiB\n", peak_device / 1048576.0,
               host_rss / 1048576.0);
+  const ops::StepGraphs::Stats gs = model.graph_stats();
+  std::printf("decode graphs: %s; steps eager %lld, recorded %lld, replayed %lld, failed %lld\n",
+              be.can_capture() ? "on" : "off", static_cast<long long>(gs.eager),
+              static_cast<long long>(gs.recorded), static_cast<long long>(gs.replayed),
+              static_cast<long long>(gs.failed));
 
   if (!csv.empty()) {
     const auto& b = build_info();

@@ -13,6 +13,19 @@ namespace mlxcel::gpu {
 using backend::Op;
 using backend::OpSignature;
 
+namespace {
+// A buffer that must grow while a step is being recorded: the recording is abandoned (the step
+// then runs uncaptured, growing it) rather than allocating mid-capture.
+[[noreturn]] void grow_while_capturing(const char* what) {
+  throw_error(ErrorCategory::kInternal,
+              std::string(what) + " must grow while a step is being recorded; run uncaptured");
+}
+
+struct GraphRecording final : backend::Recording {
+  std::unique_ptr<Graph> graph;
+};
+}  // namespace
+
 GpuBackend::GpuBackend(BackendKind kind, int device) : kind_(kind), device_(device) {
   // use_device validates (bad_input / unsupported with the reason) and leaves `device` current;
   // list_devices visits every device, so it runs first.
@@ -26,6 +39,9 @@ GpuBackend::GpuBackend(BackendKind kind, int device) : kind_(kind), device_(devi
   sync_ops_ = e && *e && std::string(e) != "0";
   if (const char* pr = std::getenv("MLXCEL_GPU_PROFILE"); pr && *pr && std::string(pr) != "0")
     timer_ = std::make_unique<OpTimer>(device);
+  const char* g = std::getenv("MLXCEL_GPU_GRAPHS");
+  const bool graphs_on = g && *g ? std::string(g) != "0" : kind == BackendKind::kCuda;
+  graphs_ = graphs_on && !timer_ && !sync_ops_;
   // MLXCEL_GPU_DISABLE=add_rms_norm,sample,...: the backend stops claiming these ops (diagnosis
   // on hardware we cannot reach). A fused op with an unfused twin in src/ops (add_rms_norm) then
   // runs as basic ops; any other disabled op makes the model refuse to load on this device.
@@ -66,6 +82,7 @@ bool GpuBackend::supports(const OpSignature& sig) const {
 
 backend::DeviceBuffer GpuBackend::allocate(backend::MemoryKind kind, std::size_t bytes) {
   ensure_device(device_);
+  if (capturing_) grow_while_capturing("a device buffer");
   if (kind == backend::MemoryKind::kPinnedHost)
     return backend::DeviceBuffer(this, host_alloc(bytes), bytes, kind);
   static const char* const kWhat[] = {"weights", "KV cache", "workspace", "pinned host"};
@@ -121,8 +138,35 @@ void GpuBackend::run(const char* op, Fn&& fn, const char* detail) {
   if (sync_ops_) stream_->synchronize(op);
 }
 
+
+void GpuBackend::begin_capture() {
+  MLXCEL_CHECK(graphs_ && !capturing_, ErrorCategory::kInternal,
+               "gpu: graph capture is off or already recording");
+  ensure_device(device_);
+  gpu::begin_capture(*stream_);
+  capturing_ = true;
+}
+
+std::unique_ptr<backend::Recording> GpuBackend::end_capture() {
+  MLXCEL_CHECK(capturing_, ErrorCategory::kInternal, "gpu: end_capture without begin_capture");
+  capturing_ = false;
+  auto g = gpu::end_capture(*stream_);
+  if (!g) return nullptr;
+  auto r = std::make_unique<GraphRecording>();
+  r->graph = std::move(g);
+  return r;
+}
+
+void GpuBackend::replay(const backend::Recording& r) {
+  const auto* gr = dynamic_cast<const GraphRecording*>(&r);
+  MLXCEL_CHECK(gr && gr->graph, ErrorCategory::kInternal, "gpu: replay of a foreign recording");
+  run("decode step graph", [&] { gr->graph->launch(*stream_); });
+}
+
 void* GpuBackend::scratch(std::size_t bytes) {
   if (scratch_.bytes() < bytes) {
+    if (capturing_) grow_while_capturing("the MoE scratch buffer");
+    ++epoch_;
     // The old buffer goes back to the caching allocator; work queued on our one stream that
     // still reads it runs before anything reusing it.
     scratch_ = DeviceBuffer(bytes * 2, device_, "moe scratch");
@@ -132,6 +176,8 @@ void* GpuBackend::scratch(std::size_t bytes) {
 
 void* GpuBackend::attention_workspace(std::size_t bytes, std::size_t zeroed_bytes) {
   if (attn_ws_.bytes() < bytes) {
+    if (capturing_) grow_while_capturing("the attention workspace");
+    ++epoch_;
     // Grows with the context (one span partial per 64 positions): headroom so a decode does not
     // reallocate every few spans. Freed memory goes back to the caching allocator after the
     // work queued on our one stream.

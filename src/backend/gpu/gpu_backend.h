@@ -40,6 +40,18 @@ class GpuBackend final : public backend::Backend {
   void gather_rows(const backend::GatherRowsArgs& a) override;
   void sample(const backend::SampleArgs& a) override;
 
+  // Decode graphs: on by default for CUDA; HIP only with MLXCEL_GPU_GRAPHS=1 (no AMD GPU has run
+  // them here); MLXCEL_GPU_GRAPHS=0 turns them off. Off while profiling or synchronizing per op.
+  bool can_capture() const override { return graphs_; }
+  bool set_capture(bool on) override {
+    graphs_ = on && !timer_ && !sync_ops_;
+    return graphs_;
+  }
+  void begin_capture() override;
+  std::unique_ptr<backend::Recording> end_capture() override;
+  void replay(const backend::Recording& r) override;
+  std::uint64_t capture_epoch() const override { return epoch_; }
+
   int device() const { return device_; }
 
  protected:
@@ -64,6 +76,9 @@ class GpuBackend final : public backend::Backend {
   DeviceBuffer scratch_;
   DeviceBuffer attn_ws_;
   std::unique_ptr<OpTimer> timer_;  // MLXCEL_GPU_PROFILE=1
+  bool graphs_ = false;
+  bool capturing_ = false;
+  std::uint64_t epoch_ = 0;  // bumped when scratch_ or attn_ws_ is replaced
 };
 
 }  // namespace mlxcel::gpu

@@ -324,6 +324,44 @@ void Stream::synchronize(const char* op) const {
   GPU_CHECK(gpuGetLastError(), op, device_);
 }
 
+void begin_capture(const Stream& s) {
+  GPU_CHECK(gpuStreamBeginCapture(static_cast<gpuStream_t>(s.handle()),
+                                  gpuStreamCaptureModeThreadLocal),
+            "graph capture", s.device());
+}
+
+std::unique_ptr<Graph> end_capture(const Stream& s, bool discard) {
+  gpuGraph_t g = nullptr;
+  const gpuError_t err = gpuStreamEndCapture(static_cast<gpuStream_t>(s.handle()), &g);
+  // An invalidated recording leaves its error behind; clear it so the next launch check does not
+  // report it against an innocent op.
+  (void)gpuGetLastError();
+  if (err != gpuSuccess || g == nullptr || discard) {
+    if (g) (void)gpuGraphDestroy(g);
+    return nullptr;
+  }
+  std::unique_ptr<Graph> out(new Graph());
+  out->graph_ = g;
+  out->device_ = s.device();
+  gpuGraphExec_t exec = nullptr;
+  if (gpuGraphInstantiate(&exec, g) != gpuSuccess) {
+    (void)gpuGetLastError();
+    return nullptr;  // out's destructor frees the graph
+  }
+  out->exec_ = exec;
+  return out;
+}
+
+Graph::~Graph() {
+  if (exec_) (void)gpuGraphExecDestroy(static_cast<gpuGraphExec_t>(exec_));
+  if (graph_) (void)gpuGraphDestroy(static_cast<gpuGraph_t>(graph_));
+}
+
+void Graph::launch(const Stream& s) const {
+  GPU_CHECK(gpuGraphLaunch(static_cast<gpuGraphExec_t>(exec_), static_cast<gpuStream_t>(s.handle())),
+            "graph launch", device_);
+}
+
 Event::Event(bool timing) : device_(current_device()) {
   gpuEvent_t e = nullptr;
   GPU_CHECK(gpuEventCreateWithFlags(&e, timing ? gpuEventDefault : gpuEventDisableTiming),

@@ -82,6 +82,32 @@ class Event {
   int device_ = 0;
 };
 
+// Work queued on a stream, recorded once and replayed with one launch (a CUDA/HIP graph): the
+// replay runs the same kernels with the same arguments, so everything they address must still be
+// where it was when recorded (DESIGN.md "Decode is captured").
+class Graph {
+ public:
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  // Queues the recorded work on `s` (the stream it was recorded from).
+  void launch(const Stream& s) const;
+
+ private:
+  friend std::unique_ptr<Graph> end_capture(const Stream& s, bool discard);
+  Graph() = default;
+  void* graph_ = nullptr;
+  void* exec_ = nullptr;
+  int device_ = 0;
+};
+
+// From begin_capture to end_capture, work this thread queues on `s` is recorded, not run.
+void begin_capture(const Stream& s);
+// Ends the recording. Returns the replayable graph, or nullptr when `discard` is set or the
+// runtime invalidated the recording (an operation that cannot be recorded ran). Either way none
+// of the recorded work has run.
+std::unique_ptr<Graph> end_capture(const Stream& s, bool discard = false);
+
 struct AllocatorStats {
   std::size_t current_bytes = 0;  // held by live allocations
   std::size_t peak_bytes = 0;     // high-water mark of current_bytes

@@ -39,6 +39,11 @@ void Event::record(const Stream&) { no_gpu("Event::record"); }
 void Event::wait(const char*) const { no_gpu("Event::wait"); }
 float Event::elapsed_ms(const Event&) const { no_gpu("Event::elapsed_ms"); }
 
+void begin_capture(const Stream&) { no_gpu("begin_capture"); }
+std::unique_ptr<Graph> end_capture(const Stream&, bool) { no_gpu("end_capture"); }
+Graph::~Graph() = default;
+void Graph::launch(const Stream&) const { no_gpu("Graph::launch"); }
+
 Allocator& Allocator::for_device(int) { no_gpu("Allocator"); }
 void* Allocator::allocate(std::size_t, const char*) { no_gpu("Allocator::allocate"); }
 void Allocator::release(void*) { no_gpu("Allocator::release"); }
