@@ -457,6 +457,7 @@ void launch(const LinParams& p, bool gemm, const Stream& s) {
     }
   }
   if (gemm) {
+    if (gemm_mma<T, F>(p, s)) return;
     dim3 grid(blocks_for(p.w.n, kTile), blocks_for(p.m, kTile));
     gemm_kernel<T, F><<<grid, kThreads, 0, st>>>(p);
   } else {

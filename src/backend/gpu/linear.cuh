@@ -44,4 +44,12 @@ __device__ __forceinline__ WPtrs wptrs(const LinParams& p, std::int64_t m) {
 template <typename T>
 bool qgemv_mma(const LinParams& p, const Stream& s);
 
+// Prefill GEMM on the matrix units (gemm_mma.cu) for a matrix linear.cu gives to its GEMM path
+// (more rows than the GEMVs take, no expert indexing): launches and returns true on CUDA sm_80+
+// with bf16 / f16 activations and weights quantized (any format) or dense in the activation
+// dtype, 16-byte aligned x rows and K % 32 == 0, when MLXCEL_GPU_GEMM_MMA=1 (off by default
+// until measured); false leaves the work to the SIMT gemm_kernel.
+template <typename T, int F>
+bool gemm_mma(const LinParams& p, const Stream& s);
+
 }  // namespace mlxcel::gpu

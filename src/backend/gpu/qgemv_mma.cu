@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "backend/gpu/linear.cuh"
+#include "backend/gpu/mma.cuh"
 
 namespace mlxcel::gpu {
 
@@ -68,29 +69,6 @@ struct Magic<f16> {
   static constexpr std::uint32_t kOnes = 0x3C003C00u;  // (1, 1)
   static constexpr float kOff = 1024.0f;
 };
-
-// d += A (16x16, row) . B (16x8, col), fp32 accumulation.
-template <typename T>
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                    std::uint32_t b1) {
-#if __CUDA_ARCH__ >= 800
-  if constexpr (std::is_same_v<T, bf16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-#else
-  __trap();  // the host never launches this below sm_80 (mma_capable)
-#endif
-}
 
 // Codes i and i + 4 of a packed word as the pair (off + c_i, off + c_{i+4}).
 template <typename T>
@@ -413,19 +391,6 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
         store(static_cast<T*>(p.y), (m0 + row) * p.y_stride + n, v + (p.bias ? p.bias[n] : 0.0f),
               p.round);
     }
-}
-
-// Tensor-core mma.sync with bf16 needs compute capability 8.0; cached per device.
-bool mma_capable(int device) {
-  static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
-  if (device < 0 || device >= 64) return false;
-  if (cached[device] == 0) cached[device] = device_cc_major(device) >= 8 ? 1 : 2;
-  return cached[device] == 1;
-}
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
 }
 
 // Warps per column tile: the fewest that give kTargetWarps warps in all, keeping >= 2 groups per

@@ -83,7 +83,10 @@ long watchdog_ms() {
 // scheduler's wake-up latency to every token); after that it sleeps in steps of at most 50 us.
 void wait_event(gpuEvent_t ev, const char* op, int device) {
   const auto start = std::chrono::steady_clock::now();
-  constexpr auto kSpin = std::chrono::microseconds(200);
+  // Poll without sleeping for the length of a decode step (what the CUDA runtime's default spin
+  // wait does): a sleep of 50 us would end up to one sleep after the GPU finished, every step.
+  // Longer waits (a long prefill, a hung kernel for the watchdog) back off to 50 us sleeps.
+  constexpr auto kSpin = std::chrono::milliseconds(20);
   auto sleep = std::chrono::microseconds(5);
   while (true) {
     gpuError_t st = gpuEventQuery(ev);
@@ -99,7 +102,10 @@ void wait_event(gpuEvent_t ev, const char* op, int device) {
                       " ms (watchdog, MLXCEL_GPU_WATCHDOG_SECS); the device may be hung or a kernel "
                       "may loop forever: rerun with MLXCEL_GPU_SYNC_OPS=1 to find the op");
     }
-    if (std::chrono::steady_clock::now() - start < kSpin) continue;
+    if (std::chrono::steady_clock::now() - start < kSpin) {
+      std::this_thread::yield();  // other threads (the server's) still get the core
+      continue;
+    }
     std::this_thread::sleep_for(sleep);
     if (sleep < std::chrono::microseconds(50)) sleep *= 2;
   }
