@@ -15,6 +15,11 @@
 
 namespace mlxcel::testing_models {
 
+// The families the step-recording tests run the scenario on (dense, MoE, sliding window with
+// sandwich norms, fused qkv).
+inline constexpr const char* kStepScenarioFamilies[] = {"llama", "qwen3", "qwen3_moe",
+                                                        "gemma3_text", "phi3"};
+
 // Every wanted logits row of every step, in order.
 inline std::vector<std::vector<float>> run_step_scenario(models::Model& model,
                                                          runtime::KvBlockPool& pool) {

@@ -69,8 +69,7 @@ TEST_P(StepGraphsTest, ReplayEqualsEagerBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, StepGraphsTest,
-                         ::testing::Combine(::testing::Values("llama", "qwen3", "qwen3_moe",
-                                                              "gemma3_text", "phi3"),
+                         ::testing::Combine(::testing::ValuesIn(kStepScenarioFamilies),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param)) +

@@ -129,8 +129,7 @@ TEST_P(StepGraphsCpu, ReplayEqualsEagerBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, StepGraphsCpu,
-                         ::testing::Combine(::testing::Values("llama", "qwen3", "qwen3_moe",
-                                                              "gemma3_text", "phi3"),
+                         ::testing::Combine(::testing::ValuesIn(kStepScenarioFamilies),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param)) +
