@@ -230,7 +230,8 @@ ops::Act Decoder::forward_logits(const ops::StepInputs& step, const ops::KvLayou
     const ops::StepGraphs::Shape shape{T, s.n_seqs, R, s.max_blocks};
     const ops::StepGraphs::Memory mem{workspace_.data(), workspace_.capacity(),
                                       step_block_.data(), step_block_.bytes(),
-                                      kv.base,            e.backend().capture_epoch()};
+                                      kv.base,            kv.num_blocks,
+                                      e.backend().capture_epoch()};
     graphs_.run(e, shape, mem, [&] { run_step(kv, s, R, b); }, b.logits);
   }
   return b.logits;

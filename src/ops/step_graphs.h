@@ -36,7 +36,8 @@ class StepGraphs {
     const void* step = nullptr;
     std::size_t step_bytes = 0;
     const void* kv = nullptr;
-    std::uint64_t epoch = 0;  // Backend::capture_epoch
+    std::int64_t kv_blocks = 0;  // the pool's size sets its layer stride
+    std::uint64_t epoch = 0;     // Backend::capture_epoch
     bool operator==(const Memory&) const = default;
   };
   struct Stats {

@@ -205,7 +205,7 @@ TEST(StepGraphsCpuCheck, StaleRecordingsAreDropped) {
   const ops::StepGraphs::Shape shape{1, 1, 1, 4};
   auto step = [&](Set& s, float v) {
     std::fill(s.a.begin(), s.a.end(), v);
-    const ops::StepGraphs::Memory mem{s.y.data(), 8, s.a.data(), 8, nullptr, be.epoch};
+    const ops::StepGraphs::Memory mem{s.y.data(), 8, s.a.data(), 8, nullptr, 0, be.epoch};
     g.run(e, shape, mem, [&] { ops::add(e, s.act(s.a), s.act(s.b), s.act(s.y)); }, s.act(s.y));
     return s.y[7];
   };

@@ -138,7 +138,6 @@ void GpuBackend::run(const char* op, Fn&& fn, const char* detail) {
   if (sync_ops_) stream_->synchronize(op);
 }
 
-
 void GpuBackend::begin_capture() {
   MLXCEL_CHECK(graphs_ && !capturing_, ErrorCategory::kInternal,
                "gpu: graph capture is off or already recording");

@@ -79,13 +79,12 @@ long watchdog_ms() {
 }
 
 // Polls an event until it completes, with a deadline, so a hung device becomes an error. The
-// first 200 us spin (a decode step's kernels finish within that, and a sleep would add the
-// scheduler's wake-up latency to every token); after that it sleeps in steps of at most 50 us.
+// first 20 ms spin, yielding the core between polls (what the CUDA runtime's default spin wait
+// does): the wait that ends a decode step lasts the whole step, 1-5 ms, and a sleep would end up
+// to one sleep plus the scheduler's wake-up after the GPU finished, every token. Longer waits (a
+// long prefill, a hung kernel for the watchdog) sleep in steps of at most 50 us.
 void wait_event(gpuEvent_t ev, const char* op, int device) {
   const auto start = std::chrono::steady_clock::now();
-  // Poll without sleeping for the length of a decode step (what the CUDA runtime's default spin
-  // wait does): a sleep of 50 us would end up to one sleep after the GPU finished, every step.
-  // Longer waits (a long prefill, a hung kernel for the watchdog) back off to 50 us sleeps.
   constexpr auto kSpin = std::chrono::milliseconds(20);
   auto sleep = std::chrono::microseconds(5);
   while (true) {
