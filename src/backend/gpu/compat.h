@@ -184,6 +184,18 @@ inline int device_cc_major(int device) {
              : -1;
 #endif
 }
+// True when `device` is an RDNA3 / RDNA3.5 GPU (gfx11xx: gfx1100, gfx1151, ...), whose wave32
+// WMMA instructions (v_wmma_f32_16x16x16_{f16,bf16}) the matrix-unit GEMM uses. NVIDIA: false.
+inline bool device_is_gfx11(int device) {
+#if defined(MLXCEL_GPU_HIP)
+  gpuDeviceProp_t p;
+  if (gpuGetDeviceProperties(&p, device) != gpuSuccess) return false;
+  return device_arch_name(p).rfind("gfx11", 0) == 0;
+#else
+  (void)device;
+  return false;
+#endif
+}
 inline std::string runtime_name() {
 #if defined(MLXCEL_GPU_HIP)
   return "HIP";

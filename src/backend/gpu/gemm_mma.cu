@@ -1,23 +1,26 @@
-// Prefill linears (more than 64 rows) on the tensor cores: mma.sync m16n8k16, CUDA sm_80+, bf16 /
-// f16 activations, every quantized weight format and dense weights of the activation dtype.
+// Prefill linears (more than 64 rows) on the matrix units, bf16 / f16 activations, every
+// quantized weight format and dense weights of the activation dtype:
+//  - NVIDIA sm_80+: mma.sync m16n8k16 (operands by ldmatrix);
+//  - AMD RDNA3 / RDNA3.5 (gfx11xx, gfx1151 among them): wave32 WMMA 16x16x16 (operands read from
+//    LDS as 16 contiguous elements per lane). Other AMD targets (gfx12) keep the SIMT kernel.
 //
 // Why: the SIMT gemm_kernel (linear.cu) multiplies in fp32 FMAs, ~1.5 TFLOP/s on the H200: 83 ms
 // for the 8B's gate_up over a 512-token prompt (run 22), and pp512 at 1,356 tok/s against
-// llama.cpp's 10,704. The matrix units do the same products at hundreds of TFLOP/s.
+// llama.cpp's 10,704. The matrix units do the same products at tens to hundreds of TFLOP/s.
 //
-// Shape: a block computes a 128 (rows) x 128 (output columns) tile with 8 warps of 64 x 32, over
-// K slices of 64 (two 32-weight units). Per slice the block stages its X rows (16-byte loads) and
-// its 128 weight columns, dequantized by decode_unit into the activation dtype (what MLX's own
-// quantized matmuls multiply), in shared memory; the warps read both with ldmatrix and issue 16
-// mma per 16 k. Row strides are 72 elements (144 bytes) so the 8 rows of each ldmatrix fall in
-// distinct banks.
+// Shape (both vendors): a block of 8 warps / waves computes a 128 (rows) x 128 (output columns)
+// tile, each warp 64 x 32, over K slices of 64 (two 32-weight units). Per slice the block stages
+// its X rows (16-byte loads) and its 128 weight columns, dequantized by decode_unit and rounded to
+// the activation dtype (what MLX's own quantized matmuls multiply), in shared memory. Row strides
+// are 72 elements (144 bytes) so the 8 rows of an ldmatrix fall in distinct banks.
 //
-// Numerics: products of the rounded weights accumulate in fp32 in the mma's order, so results
-// differ from the SIMT kernel's fp32 weights by about one rounding of each weight; both are
-// checked against the CPU by test_backend_ops. The decode path (<= 64 rows) never comes here,
-// so decode stays batch invariant.
+// Numerics: products of the rounded weights accumulate in fp32, so results differ from the SIMT
+// kernel's fp32 weights by about one rounding of each weight; test_backend_ops and the selftest's
+// 80-row linears check both against the CPU. The decode path (<= 64 rows) never comes here, so
+// decode stays batch invariant.
 //
-// Not yet run on a GPU (written in session 9 without a device): off unless MLXCEL_GPU_GEMM_MMA=1.
+// Not yet run on any GPU (written in session 9 without a device): off unless
+// MLXCEL_GPU_GEMM_MMA=1.
 #include <cstdint>
 #include <type_traits>
 
@@ -25,12 +28,10 @@
 #include "backend/gpu/mma.cuh"
 
 namespace mlxcel::gpu {
-
-#if defined(MLXCEL_GPU_CUDA)
 namespace {
 
 constexpr int kBM = 128, kBN = 128, kBK = 64;  // block tile and K slice
-constexpr int kWarpM = 64, kWarpN = 32;        // warp tile: 4 x 4 mma tiles of 16 x 8
+constexpr int kWarpM = 64, kWarpN = 32;        // warp tile: 4 x 4 (CUDA) / 4 x 2 (WMMA) tiles
 constexpr int kThreads = 256;                  // 2 x 4 warps
 constexpr int kStride = kBK + 8;               // shared row stride in elements (144 bytes)
 
@@ -60,17 +61,59 @@ __device__ __forceinline__ uint4 pack8(const float* v) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// grid (ceil(n / 128), ceil(m / 128)).
+// Stages K slice [k0, k0 + 64) of the block's X rows and weight columns (zero past m, n or k).
+template <typename T, int F>
+__device__ __forceinline__ void stage_slice(Tiles<T>& sm, const LinParams& p, std::int64_t mb,
+                                            std::int64_t nb, std::int64_t k0) {
+  const int tid = threadIdx.x;
+  const std::int64_t k = p.w.k, units = k / 32;
+  const T* x = static_cast<const T*>(p.x);
+  // X: 128 rows x 64 elements = 1,024 16-byte chunks, 4 per thread.
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int idx = tid + i * kThreads, r = idx / 8, c = (idx % 8) * 8;
+    const std::int64_t m = mb + r;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (m < p.m && k0 + c < k) v = *reinterpret_cast<const uint4*>(x + m * p.x_stride + k0 + c);
+    *reinterpret_cast<uint4*>(&sm.x[r][c]) = v;
+  }
+  // W: thread t dequantizes unit t / 128 of the slice for column t % 128.
+  const int col = tid % kBN, half = tid / kBN;
+  const std::int64_t n = nb + col, u = k0 / 32 + half;
+  float v[32];
+  if (n < p.w.n && u < units) {
+    decode_unit<F>(p.w.w, p.w.scales, p.w.biases, p.w.scales_code, p.w.group_size, k, n, u, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) v[j] = 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    *reinterpret_cast<uint4*>(&sm.w[col][half * 32 + j * 8]) = pack8<T>(v + j * 8);
+}
+
+// y[m, n] = round(acc + bias[n]) where (m, n) is inside the matrix.
+template <typename T>
+__device__ __forceinline__ void store_out(const LinParams& p, std::int64_t m, std::int64_t n,
+                                          float acc) {
+  if (m < p.m && n < p.w.n)
+    store(static_cast<T*>(p.y), m * p.y_stride + n, acc + (p.bias ? p.bias[n] : 0.0f), p.round);
+}
+
+#if defined(MLXCEL_GPU_CUDA)
+
+// grid (ceil(n / 128), ceil(m / 128)). Launch bounds for two blocks per SM: one block's staging
+// overlaps the other's mma (no pipelining inside a block yet); 128 registers, 8-64 bytes of
+// spills in the dequant phase depending on the format.
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(LinParams p) {
-  __shared__ __align__(16) Tiles<T> sm;
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  // Raw storage: bf16 / f16 have member initializers, which __shared__ variables may not run.
+  __shared__ __align__(16) unsigned char smem[sizeof(Tiles<T>)];
+  Tiles<T>& sm = *reinterpret_cast<Tiles<T>*>(smem);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wm = warp / 4, wn = warp % 4;  // warp tile origin: rows wm * 64, columns wn * 32
   const std::int64_t mb = static_cast<std::int64_t>(blockIdx.y) * kBM;
   const std::int64_t nb = static_cast<std::int64_t>(blockIdx.x) * kBN;
-  const std::int64_t k = p.w.k, units = k / 32;
-  const T* x = static_cast<const T*>(p.x);
-
   float acc[4][4][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -79,35 +122,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(LinParams p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-  for (std::int64_t k0 = 0; k0 < k; k0 += kBK) {
-    // X: 128 rows x 64 elements = 1,024 16-byte chunks, 4 per thread (zero past m or k).
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int idx = tid + i * kThreads, r = idx / 8, c = (idx % 8) * 8;
-      const std::int64_t m = mb + r;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (m < p.m && k0 + c < k) v = *reinterpret_cast<const uint4*>(x + m * p.x_stride + k0 + c);
-      *reinterpret_cast<uint4*>(&sm.x[r][c]) = v;
-    }
-    // W: thread t dequantizes unit t / 128 of the slice for column t % 128.
-    {
-      const int col = tid % kBN, half = tid / kBN;
-      const std::int64_t n = nb + col, u = k0 / 32 + half;
-      float v[32];
-      if (n < p.w.n && u < units) {
-        decode_unit<F>(p.w.w, p.w.scales, p.w.biases, p.w.scales_code, p.w.group_size, k, n, u,
-                       v);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) v[j] = 0.0f;
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        *reinterpret_cast<uint4*>(&sm.w[col][half * 32 + j * 8]) = pack8<T>(v + j * 8);
-    }
+  for (std::int64_t k0 = 0; k0 < p.w.k; k0 += kBK) {
+    stage_slice<T, F>(sm, p, mb, nb, k0);
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
+      // A: m tile i's four 8x8 quarters; B: two n tiles' (k 0-7, k 8-15) halves per ldmatrix.
       std::uint32_t a[4][4], b[2][4];
 #pragma unroll
       for (int i = 0; i < 4; ++i)
@@ -119,33 +139,96 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(LinParams p) {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) mma<T>(acc[i][j], a[i], b[j / 2][2 * (j % 2)], b[j / 2][2 * (j % 2) + 1]);
+        for (int j = 0; j < 4; ++j)
+          mma<T>(acc[i][j], a[i], b[j / 2][2 * (j % 2)], b[j / 2][2 * (j % 2) + 1]);
     }
     __syncthreads();
   }
-
-  // Accumulator (i, j): rows +g and +g + 8 of m tile i, columns 2q, 2q + 1 of n tile j.
-  T* y = static_cast<T*>(p.y);
+  // Accumulator (i, j): rows g and g + 8 of m tile i, columns 2q and 2q + 1 of n tile j.
   const int g = lane / 4, q = lane % 4;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const std::int64_t m = mb + wm * kWarpM + i * 16 + g + h * 8;
-      if (m >= p.m) continue;
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const std::int64_t n = nb + wn * kWarpN + j * 8 + 2 * q + e;
-          if (n < p.w.n)
-            store(y, m * p.y_stride + n, acc[i][j][2 * h + e] + (p.bias ? p.bias[n] : 0.0f),
-                  p.round);
-        }
-      }
-    }
-  }
+        for (int e = 0; e < 2; ++e)
+          store_out<T>(p, mb + wm * kWarpM + i * 16 + g + h * 8,
+                       nb + wn * kWarpN + j * 8 + 2 * q + e, acc[i][j][2 * h + e]);
 }
+
+#else  // MLXCEL_GPU_HIP
+
+typedef short v16s __attribute__((ext_vector_type(16)));
+typedef _Float16 v16h __attribute__((ext_vector_type(16)));
+typedef float v8f __attribute__((ext_vector_type(8)));
+
+// 16 contiguous elements of a shared row as the WMMA operand vector of T.
+template <typename T>
+__device__ __forceinline__ auto load16(const T* p) {
+  using V = std::conditional_t<std::is_same_v<T, bf16>, v16s, v16h>;
+  V v;
+  __builtin_memcpy(&v, p, sizeof(V));
+  return v;
+}
+
+// grid (ceil(n / 128), ceil(m / 128)). RDNA3 wave32 WMMA: lane l (and l + 16, which holds the
+// same operands) gives row l % 16 of A (16 k) and column l % 16 of B, i.e. row l % 16 of the
+// weight tile; accumulator element e of lane l is C[2e + l / 16][l % 16].
+template <typename T, int F>
+__global__ void __launch_bounds__(kThreads) gemm_wmma_kernel(LinParams p) {
+#if defined(__GFX11__)
+  // Raw storage: bf16 / f16 have member initializers, which __shared__ variables may not run.
+  __shared__ __align__(16) unsigned char smem[sizeof(Tiles<T>)];
+  Tiles<T>& sm = *reinterpret_cast<Tiles<T>*>(smem);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r16 = lane % 16;
+  const int wm = warp / 4, wn = warp % 4;  // wave tile origin: rows wm * 64, columns wn * 32
+  const std::int64_t mb = static_cast<std::int64_t>(blockIdx.y) * kBM;
+  const std::int64_t nb = static_cast<std::int64_t>(blockIdx.x) * kBN;
+  v8f acc[4][2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) acc[i][j] = v8f{};
+
+  for (std::int64_t k0 = 0; k0 < p.w.k; k0 += kBK) {
+    stage_slice<T, F>(sm, p, mb, nb, k0);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      decltype(load16(&sm.x[0][0])) a[4], b[2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = load16(&sm.x[wm * kWarpM + i * 16 + r16][kk]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) b[j] = load16(&sm.w[wn * kWarpN + j * 16 + r16][kk]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          if constexpr (std::is_same_v<T, bf16>)
+            acc[i][j] = __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32(a[i], b[j], acc[i][j]);
+          else
+            acc[i][j] = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a[i], b[j], acc[i][j]);
+        }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        store_out<T>(p, mb + wm * kWarpM + i * 16 + 2 * e + lane / 16,
+                     nb + wn * kWarpN + j * 16 + r16, acc[i][j][e]);
+#else
+  (void)p;
+  __builtin_trap();  // the host launches this only on gfx11 devices (device_is_gfx11)
+#endif
+}
+
+#endif
 
 }  // namespace
 
@@ -160,7 +243,12 @@ bool gemm_mma(const LinParams& p, const Stream& s) {
     return false;
   } else {
     static const bool on = env_int("MLXCEL_GPU_GEMM_MMA", 0) != 0;
-    if (!on || p.experts || !mma_capable(s.device())) return false;
+    if (!on || p.experts) return false;
+#if defined(MLXCEL_GPU_CUDA)
+    if (!mma_capable(s.device())) return false;
+#else
+    if (!wmma_capable(s.device())) return false;
+#endif
     // 16-byte X loads per 8 elements and whole K slices of units.
     const bool aligned = reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
                          (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0 &&
@@ -170,19 +258,15 @@ bool gemm_mma(const LinParams& p, const Stream& s) {
     const std::int64_t row_blocks = (p.m + kBM - 1) / kBM;
     if (row_blocks > kMaxGridY) return false;
     const dim3 grid(blocks_for(p.w.n, kBN), static_cast<unsigned>(row_blocks));
-    gemm_mma_kernel<T, F><<<grid, kThreads, 0, static_cast<gpuStream_t>(s.handle())>>>(p);
+    auto st = static_cast<gpuStream_t>(s.handle());
+#if defined(MLXCEL_GPU_CUDA)
+    gemm_mma_kernel<T, F><<<grid, kThreads, 0, st>>>(p);
+#else
+    gemm_wmma_kernel<T, F><<<grid, kThreads, 0, st>>>(p);
+#endif
     return true;
   }
 }
-
-#else  // MLXCEL_GPU_HIP: no mma.sync; the SIMT gemm_kernel serves (WMMA for RDNA3 is not written).
-
-template <typename T, int F>
-bool gemm_mma(const LinParams&, const Stream&) {
-  return false;
-}
-
-#endif
 
 // Every (activation dtype, weight format) linear.cu instantiates.
 #define MLXCEL_GEMM_MMA_FMT(F)                                           \

@@ -1,7 +1,7 @@
 #pragma once
-// Tensor-core helpers shared by the CUDA matrix-unit kernels (qgemv_mma.cu, gemm_mma.cu):
-// mma.sync m16n8k16 with bf16 / f16 inputs and fp32 accumulation (sm_80+), ldmatrix, and the
-// device check. CUDA only: HIP builds compile those kernels as stubs.
+// Matrix-unit helpers shared by qgemv_mma.cu and gemm_mma.cu. CUDA: mma.sync m16n8k16 with bf16
+// / f16 inputs and fp32 accumulation (sm_80+), ldmatrix, and the device check. HIP: the check for
+// RDNA3's WMMA (gemm_mma.cu's AMD kernel).
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
@@ -55,6 +55,16 @@ inline bool mma_capable(int device) {
   static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
   if (device < 0 || device >= 64) return false;
   if (cached[device] == 0) cached[device] = device_cc_major(device) >= 8 ? 1 : 2;
+  return cached[device] == 1;
+}
+
+#else  // MLXCEL_GPU_HIP
+
+// RDNA3 / RDNA3.5 wave32 WMMA (gfx11xx); cached per device.
+inline bool wmma_capable(int device) {
+  static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
+  if (device < 0 || device >= 64) return false;
+  if (cached[device] == 0) cached[device] = device_is_gfx11(device) ? 1 : 2;
   return cached[device] == 1;
 }
 
