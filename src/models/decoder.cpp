@@ -220,7 +220,7 @@ ops::Act Decoder::forward_logits(const ops::StepInputs& step, const ops::KvLayou
   const ops::Exec& e = exec_;
   const std::int64_t T = step.n_tokens(), R = static_cast<std::int64_t>(step.logit_rows.size());
   MLXCEL_CHECK(T > 0, ErrorCategory::kInternal, "forward: empty step");
-  const bool graph = ops::StepGraphs::eligible(e, T);
+  const bool graph = ops::StepGraphs::eligible(e, T, step.n_seqs);
   const ops::StepView s = step_block_.upload(e.backend(), step, graph);
   Buffers b;
   plan(T, R, b);

@@ -8,8 +8,9 @@
 
 namespace mlxcel::ops {
 
-bool StepGraphs::eligible(const Exec& e, std::int64_t tokens) {
-  return tokens > 0 && tokens <= kMaxTokens && !e.tap && e.backend().can_capture();
+bool StepGraphs::eligible(const Exec& e, std::int64_t tokens, std::int64_t seqs) {
+  return tokens > 0 && tokens == seqs && tokens <= kMaxTokens && !e.tap &&
+         e.backend().can_capture();
 }
 
 void StepGraphs::run(const Exec& e, const Shape& shape, const Memory& mem,

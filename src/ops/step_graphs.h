@@ -1,5 +1,5 @@
 #pragma once
-// Decode steps recorded once per shape and replayed (DESIGN.md "Decode is captured"). A forward
+// Decode steps recorded once per shape and replayed (DESIGN.md "Decode is captured"). A decode
 // step launches the same kernels with the same arguments whenever its shape (tokens, sequences,
 // logit rows, block-table width) and the memory it addresses (the activation workspace, the step
 // block, the KV pool, the backend's own buffers) are unchanged: what differs from step to step
@@ -47,15 +47,16 @@ class StepGraphs {
     bool off = false;
   };
 
-  // Steps of at most this many tokens are recorded (decode, small batches, speculative
-  // verification); larger ones (prefill chunks) run eagerly.
+  // Decode batches of at most this many sequences are recorded.
   static constexpr std::int64_t kMaxTokens = 64;
-  // Recordings kept; past it they are all dropped (a server cycling through many batch sizes).
-  static constexpr std::size_t kMaxShapes = 96;
+  // Recordings kept (batch sizes x block buckets); past it they are all dropped.
+  static constexpr std::size_t kMaxShapes = 256;
 
-  // Whether a step of `tokens` tokens on `e` goes through run() recording (the backend can
-  // capture, the step is small, no tap reads intermediates back to the host).
-  static bool eligible(const Exec& e, std::int64_t tokens);
+  // Whether a step of `tokens` tokens over `seqs` sequences on `e` goes through run(): decode
+  // steps only (one token per sequence, at most kMaxTokens), on a backend that can capture, with
+  // no tap reading intermediates back to the host. Steps with prompt tokens run eagerly: their
+  // shapes (any mix of chunk lengths) rarely repeat, and a recording costs two extra steps.
+  static bool eligible(const Exec& e, std::int64_t tokens, std::int64_t seqs);
   // Runs `ops` (the whole step, launches only: no host copy, no synchronization, no allocation),
   // whose result is `out`: eagerly the first time `shape` is seen; the second time recorded,
   // checked and kept; replayed after. A recording that fails (an op had to grow a buffer) runs

@@ -52,7 +52,8 @@ TEST_P(StepGraphsTest, ReplayEqualsEagerBitForBit) {
   ASSERT_FALSE(eager.captured);
   ASSERT_TRUE(graph.captured) << "the GPU backend refused to record (profiling or per-op sync on?)";
   EXPECT_EQ(eager.stats.recorded + eager.stats.replayed, 0);
-  // Shapes: 1, 2 and 3 tokens at growing block buckets, and the prefills. Most steps replay.
+  // Shapes: decode batches of 1, 2 and 3 sequences at growing block buckets (prefills run
+  // eagerly). Most decode steps replay.
   EXPECT_GT(graph.stats.recorded, 2);
   EXPECT_GT(graph.stats.replayed, 12) << "recorded " << graph.stats.recorded << ", eager "
                                       << graph.stats.eager << ", failed " << graph.stats.failed;

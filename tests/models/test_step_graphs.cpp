@@ -118,7 +118,8 @@ TEST_P(StepGraphsCpu, ReplayEqualsEagerBitForBit) {
   KvBlockPool pool(model->kv_layout(96, 4), &be);
   const Rows got = run_step_scenario(*model, pool);
   const ops::StepGraphs::Stats st = model->graph_stats();
-  // Shapes of 1, 2 and 3 tokens at each block bucket, the prefills: most steps replay.
+  // Shapes: decode batches of 1, 2 and 3 sequences at each block bucket (prefills run eagerly):
+  // most decode steps replay.
   EXPECT_GT(st.recorded, 2);
   EXPECT_GT(st.replayed, 20) << "eager " << st.eager << ", recorded " << st.recorded;
   EXPECT_EQ(st.failed, 0);
