@@ -41,8 +41,8 @@ struct Tiles {
   T w[kBN][kStride];
 };
 
-// Eight fp32 values rounded to T (nearest even, one cvt per pair on sm_80+), as four 32-bit
-// words with element 2i in the low half of word i.
+// Eight fp32 values rounded to T (nearest even: one cvt per pair on sm_80+, one per value for
+// f16 on AMD), as four 32-bit words with element 2i in the low half of word i.
 template <typename T>
 __device__ __forceinline__ uint4 pack8(const float* v) {
   std::uint32_t w[4];
@@ -53,6 +53,16 @@ __device__ __forceinline__ uint4 pack8(const float* v) {
       asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(w[i]) : "f"(v[2 * i + 1]), "f"(v[2 * i]));
     else
       asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(w[i]) : "f"(v[2 * i + 1]), "f"(v[2 * i]));
+#elif defined(__HIP_DEVICE_COMPILE__)
+    if constexpr (std::is_same_v<T, f16>)  // v_cvt_f16_f32: nearest even, like f16's from_float
+      w[i] = static_cast<std::uint32_t>(
+                 __builtin_bit_cast(std::uint16_t, static_cast<_Float16>(v[2 * i]))) |
+             (static_cast<std::uint32_t>(
+                  __builtin_bit_cast(std::uint16_t, static_cast<_Float16>(v[2 * i + 1])))
+              << 16);
+    else
+      w[i] = static_cast<std::uint32_t>(bf16(v[2 * i]).bits) |
+             (static_cast<std::uint32_t>(bf16(v[2 * i + 1]).bits) << 16);
 #else
     w[i] = static_cast<std::uint32_t>(from_f32<T>(v[2 * i]).bits) |
            (static_cast<std::uint32_t>(from_f32<T>(v[2 * i + 1]).bits) << 16);
