@@ -13,12 +13,22 @@ if not rows:
 head, body = rows[0], rows[1:]
 name_i, unit_i, val_i = head.index("Kernel Name"), head.index("Metric Unit"), head.index("Metric Value")
 scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
-launches = [(r[name_i], float(r[val_i].replace(",", "")) * scale.get(r[unit_i], 1.0)) for r in body]
-start = max(i for i, (n, _) in enumerate(launches) if n.startswith("embed"))
+def short(name):
+    """The kernel's own name: 'void mlxcel::gpu::(anonymous namespace)::embed_kernel<bf16>(...)'
+    -> 'embed_kernel'."""
+    n = name.replace("(anonymous namespace)::", "")
+    n = n[5:] if n.startswith("void ") else n
+    for stop in "<(":
+        n = n.split(stop)[0]
+    return n.split("::")[-1].strip()
+
+
+launches = [(short(r[name_i]), float(r[val_i].replace(",", "")) * scale.get(r[unit_i], 1.0))
+            for r in body]
+start = max(i for i, (n, _) in enumerate(launches) if n == "embed_kernel")
 step = launches[start:]
 groups = OrderedDict()
-for n, us in step:
-    key = n.split("(")[0].split("<")[0]
+for key, us in step:
     c, t = groups.get(key, (0, 0.0))
     groups[key] = (c + 1, t + us)
 total = sum(us for _, us in step)
