@@ -232,6 +232,7 @@ ops::Act Decoder::forward_logits(const ops::StepInputs& step, const ops::KvLayou
                                       step_block_.data(), step_block_.bytes(),
                                       kv.base,            kv.num_blocks,
                                       e.backend().capture_epoch()};
+    ops::check_token_ids(embed, s);  // a replay runs none of the ops' host checks
     graphs_.run(e, shape, mem, [&] { run_step(kv, s, R, b); }, b.logits);
   }
   return b.logits;

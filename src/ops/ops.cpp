@@ -252,10 +252,7 @@ void Workspace::commit(Backend& be) {
 
 // --- Ops ---
 
-void embed(const Exec& e, const LinearWeight& table, const StepView& step, Act out, float scale) {
-  e.require(table.signature(Op::kEmbed, e.act()));
-  MLXCEL_CHECK(out.rows == step.n_tokens && out.cols == table.in(), ErrorCategory::kInternal,
-               "embed: output shape");
+void check_token_ids(const LinearWeight& table, const StepView& step) {
   for (std::int64_t i = 0; i < step.n_tokens; ++i) {
     const std::int32_t id = step.host_tokens[i];
     if (id < 0 || id >= table.out())
@@ -263,6 +260,13 @@ void embed(const Exec& e, const LinearWeight& table, const StepView& step, Act o
                                                 " is outside the vocabulary (0.." +
                                                 std::to_string(table.out() - 1) + ")");
   }
+}
+
+void embed(const Exec& e, const LinearWeight& table, const StepView& step, Act out, float scale) {
+  e.require(table.signature(Op::kEmbed, e.act()));
+  MLXCEL_CHECK(out.rows == step.n_tokens && out.cols == table.in(), ErrorCategory::kInternal,
+               "embed: output shape");
+  check_token_ids(table, step);
   backend::EmbedArgs a;
   a.table = table.matrix();
   a.ids = step.tokens;

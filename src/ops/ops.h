@@ -146,6 +146,9 @@ class Workspace {
 OpSignature op_signature(Op op, DType act, int head_dim = 0);
 
 // --- The ops ---
+// Refuses (bad_input, naming the id) a token id outside the table's rows. embed calls it; a
+// replayed step (StepGraphs), which runs no host code of its ops, calls it first.
+void check_token_ids(const LinearWeight& table, const StepView& step);
 void embed(const Exec& e, const LinearWeight& table, const StepView& step, Act out, float scale);
 void rms_norm(const Exec& e, Act x, const NormWeight& w, Act y);
 // RMSNorm of each of `heads` equal slices of every row (qk-norm), in place.

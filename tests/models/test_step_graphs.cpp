@@ -225,3 +225,30 @@ TEST(StepGraphsCpuCheck, StaleRecordingsAreDropped) {
   EXPECT_EQ(g.stats().recorded, 2);
   EXPECT_EQ(g.stats().eager, 3);
 }
+
+// A replayed step runs none of its ops' host code, so the token ids are checked before the
+// replay: an id outside the vocabulary is a bad_input error, as it is when the step runs op by op.
+TEST(StepGraphsCpuCheck, ReplayedStepStillRefusesBadTokenIds) {
+  const Tiny t = make("llama", true);
+  RecordingCpu be;
+  auto model = models::build_model(t.cfg, t.w, be);
+  KvBlockPool pool(model->kv_layout(96, 4), &be);
+  SequenceKv a(pool);
+  const auto p = prompt(9, 1);
+  std::vector<std::vector<float>> out;
+  std::vector<BatchItem> pre = {{&a, p, false}};
+  runtime::forward_step(*model, pre, out);
+  std::int32_t tok = 5;
+  std::vector<BatchItem> one = {{&a, std::span<const std::int32_t>(&tok, 1), false}};
+  runtime::forward_step(*model, one, out);  // eager
+  runtime::forward_step(*model, one, out);  // recorded
+  ASSERT_EQ(model->graph_stats().recorded, 1);
+  tok = static_cast<std::int32_t>(t.cfg.vocab_size);
+  try {
+    runtime::forward_step(*model, one, out);
+    ADD_FAILURE() << "token id " << tok << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kBadInput) << e.what();
+  }
+  EXPECT_EQ(model->graph_stats().replayed, 0);  // refused before the replay
+}
