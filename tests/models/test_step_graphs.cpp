@@ -108,6 +108,26 @@ void expect_same(const Rows& want, const Rows& got, const std::string& what) {
 
 class StepGraphsCpu : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
 
+// One sequence prefilled with 9 tokens, then one decode step of a single token run eagerly (the
+// shape's first sight). The next step() of this shape is recorded and checked; the one after
+// that replays. Set `tok` before a step to decode another id.
+struct OneDecodeShape {
+  SequenceKv seq;
+  std::int32_t tok = 5;
+  std::vector<BatchItem> items;
+  Rows out;
+
+  OneDecodeShape(models::Model& model, KvBlockPool& pool) : seq(pool) {
+    const auto p = prompt(9, 1);
+    std::vector<BatchItem> pre = {{&seq, p, false}};
+    runtime::forward_step(model, pre, out);
+    items = {{&seq, std::span<const std::int32_t>(&tok, 1), false}};
+    step(model);
+  }
+  OneDecodeShape(const OneDecodeShape&) = delete;  // items point at tok
+  void step(models::Model& model) { runtime::forward_step(model, items, out); }
+};
+
 }  // namespace
 
 TEST_P(StepGraphsCpu, ReplayEqualsEagerBitForBit) {
@@ -147,18 +167,10 @@ TEST(StepGraphsCpuCheck, WrongRecordingFailsItsStepAndTurnsRecordingOff) {
   auto model = models::build_model(t.cfg, t.w, be);
   KvBlockPool pool(model->kv_layout(96, 4), &be);
   {
-    SequenceKv a(pool);
-    const auto p = prompt(9, 1);
-    std::vector<std::vector<float>> out;
-    std::vector<BatchItem> pre = {{&a, p, false}};
-    runtime::forward_step(*model, pre, out);
-    // One decode shape seen twice: run eagerly, then recorded and checked.
-    std::int32_t tok = 5;
-    std::vector<BatchItem> one = {{&a, std::span<const std::int32_t>(&tok, 1), false}};
-    runtime::forward_step(*model, one, out);
-    tok = 6;
+    OneDecodeShape d(*model, pool);
+    d.tok = 6;
     try {
-      runtime::forward_step(*model, one, out);
+      d.step(*model);  // recorded, and its check fails
       ADD_FAILURE() << "a wrong recording passed its check";
     } catch (const Error& e) {
       EXPECT_EQ(e.category(), ErrorCategory::kInternal);
@@ -233,20 +245,13 @@ TEST(StepGraphsCpuCheck, ReplayedStepStillRefusesBadTokenIds) {
   RecordingCpu be;
   auto model = models::build_model(t.cfg, t.w, be);
   KvBlockPool pool(model->kv_layout(96, 4), &be);
-  SequenceKv a(pool);
-  const auto p = prompt(9, 1);
-  std::vector<std::vector<float>> out;
-  std::vector<BatchItem> pre = {{&a, p, false}};
-  runtime::forward_step(*model, pre, out);
-  std::int32_t tok = 5;
-  std::vector<BatchItem> one = {{&a, std::span<const std::int32_t>(&tok, 1), false}};
-  runtime::forward_step(*model, one, out);  // eager
-  runtime::forward_step(*model, one, out);  // recorded
+  OneDecodeShape d(*model, pool);
+  d.step(*model);  // recorded
   ASSERT_EQ(model->graph_stats().recorded, 1);
-  tok = static_cast<std::int32_t>(t.cfg.vocab_size);
+  d.tok = static_cast<std::int32_t>(t.cfg.vocab_size);
   try {
-    runtime::forward_step(*model, one, out);
-    ADD_FAILURE() << "token id " << tok << " was accepted";
+    d.step(*model);
+    ADD_FAILURE() << "token id " << d.tok << " was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kBadInput) << e.what();
   }
