@@ -192,6 +192,12 @@ struct RopeKvAppendArgs {
   int layer = 0;
   StepView step;
   DType round = DType::kF32;
+  // qk-norm (qwen3, gemma3): when set, each head of q (k) is first RMS-normalized in place with
+  // this device fp32 [head_dim] weight, exactly as RmsNormArgs with heads = n_heads (n_kv_heads).
+  // One op instead of three lets a GPU normalize, rotate and append a head in one kernel.
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float q_norm_eps = 1e-6f, k_norm_eps = 1e-6f;
 };
 
 // Causal attention of every token's q against its sequence's cache (keys at positions <= its

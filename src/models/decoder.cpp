@@ -146,12 +146,10 @@ void Decoder::attention(DecoderLayer& L, int layer, const ops::KvLayout& kv,
   e.emit("q", layer, q);
   e.emit("k", layer, k);
   e.emit("v", layer, v);
-  if (style.qk_norm) {
-    ops::rms_norm_heads(e, q, Hq, L.q_norm);
-    ops::rms_norm_heads(e, k, Hk, L.k_norm);
-  }
-  // RoPE at each token's absolute position, then K/V appended at the token's slot.
-  ops::rope_kv_append(e, q, k, v, Hq, Hk, hd, L.rope, kv, layer, s);
+  // qk-norm (when the family has it), RoPE at each token's absolute position, then K/V appended
+  // at the token's slot: one op.
+  ops::rope_kv_append(e, q, k, v, Hq, Hk, hd, L.rope, kv, layer, s,
+                      style.qk_norm ? &L.q_norm : nullptr, style.qk_norm ? &L.k_norm : nullptr);
   e.emit("q_rope", layer, q);
   e.emit("k_rope", layer, k);
   const float scale = style.attn_scale > 0 ? style.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));

@@ -286,14 +286,6 @@ void rms_norm(const Exec& e, Act x, const NormWeight& w, Act y) {
   e.backend().rms_norm({x, w.data(), w.eps(), y, e.act(), 1});
 }
 
-void rms_norm_heads(const Exec& e, Act x, int heads, const NormWeight& w) {
-  e.require(sig(Op::kRmsNorm, e.act()));
-  check_act(x, "rms_norm", "x");
-  MLXCEL_CHECK(heads > 0 && x.cols % heads == 0 && w.dim() == x.cols / heads,
-               ErrorCategory::kInternal, "rms_norm_heads: weight size");
-  e.backend().rms_norm({x, w.data(), w.eps(), x, e.act(), heads});
-}
-
 void add(const Exec& e, Act a, Act b, Act y) {
   e.require(sig(Op::kAdd, e.act()));
   same_shape(a, b, "add");
@@ -324,8 +316,12 @@ void linear(const Exec& e, const LinearWeight& w, Act x, Act y) {
 }
 
 void rope_kv_append(const Exec& e, Act q, Act k, Act v, int n_heads, int n_kv_heads, int head_dim,
-                    const Rope& rope, const KvLayout& kv, int layer, const StepView& step) {
+                    const Rope& rope, const KvLayout& kv, int layer, const StepView& step,
+                    const NormWeight* q_norm, const NormWeight* k_norm) {
   e.require(sig(Op::kRopeKvAppend, e.act(), head_dim));
+  MLXCEL_CHECK((q_norm == nullptr) == (k_norm == nullptr) &&
+                   (!q_norm || (q_norm->dim() == head_dim && k_norm->dim() == head_dim)),
+               ErrorCategory::kInternal, "rope_kv_append: qk-norm weights must both be [head_dim]");
   MLXCEL_CHECK(q.rows == step.n_tokens && k.rows == step.n_tokens && v.rows == step.n_tokens &&
                    q.cols == static_cast<std::int64_t>(n_heads) * head_dim &&
                    k.cols == static_cast<std::int64_t>(n_kv_heads) * head_dim &&
@@ -343,6 +339,12 @@ void rope_kv_append(const Exec& e, Act q, Act k, Act v, int n_heads, int n_kv_he
   a.layer = layer;
   a.step = step;
   a.round = e.act();
+  if (q_norm) {
+    a.q_norm = q_norm->data();
+    a.k_norm = k_norm->data();
+    a.q_norm_eps = q_norm->eps();
+    a.k_norm_eps = k_norm->eps();
+  }
   e.backend().rope_kv_append(a);
 }
 

@@ -151,14 +151,15 @@ OpSignature op_signature(Op op, DType act, int head_dim = 0);
 void check_token_ids(const LinearWeight& table, const StepView& step);
 void embed(const Exec& e, const LinearWeight& table, const StepView& step, Act out, float scale);
 void rms_norm(const Exec& e, Act x, const NormWeight& w, Act y);
-// RMSNorm of each of `heads` equal slices of every row (qk-norm), in place.
-void rms_norm_heads(const Exec& e, Act x, int heads, const NormWeight& w);
 void add(const Exec& e, Act a, Act b, Act y);
 // h = h + delta; y = rms_norm(h).
 void add_rms_norm(const Exec& e, Act h, Act delta, const NormWeight& w, Act y);
 void linear(const Exec& e, const LinearWeight& w, Act x, Act y);
+// RoPE on q and k, then K and V appended at each token's slot of the cache. With q_norm and
+// k_norm (qk-norm), each head of q and k is RMS-normalized first, in the same op.
 void rope_kv_append(const Exec& e, Act q, Act k, Act v, int n_heads, int n_kv_heads, int head_dim,
-                    const Rope& rope, const KvLayout& kv, int layer, const StepView& step);
+                    const Rope& rope, const KvLayout& kv, int layer, const StepView& step,
+                    const NormWeight* q_norm = nullptr, const NormWeight* k_norm = nullptr);
 void attention(const Exec& e, Act q, int n_heads, const KvLayout& kv, int layer,
                std::int64_t window, float scale, const StepView& step, Act out);
 void gated_activation(const Exec& e, Activation act, Act g, Act u, Act out);

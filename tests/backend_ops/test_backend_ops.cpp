@@ -425,6 +425,7 @@ struct RopeCase {
   float input_scale;
   int dims_div;  // dims = head_dim / dims_div
   float scale;
+  bool qk_norm = false;  // q and k heads RMS-normalized first (qwen3, gemma3)
 };
 
 // Two steps of a two-sequence batch over a paged pool with non-contiguous block tables: a
@@ -435,7 +436,9 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
   const RopeCase ropes[] = {{"base", false, false, 1.0f, 1, 1.0f},
                             {"traditional", true, false, 1.0f, 1, 1.0f},
                             {"freqs", false, true, 1.0f, 1, 0.5f},
-                            {"partial+input_scale", false, true, 1.25f, 2, 1.0f}};
+                            {"partial+input_scale", false, true, 1.25f, 2, 1.0f},
+                            {"qk_norm", false, false, 1.0f, 1, 1.0f, true},
+                            {"qk_norm+traditional+partial", true, true, 1.0f, 2, 1.0f, true}};
   const int Hq = 9, Hk = 3, layer = 1, n_layers = 2, bs = 16;
   for (DType act : kActs) {
     for (int hd : {64, 128, 256}) {
@@ -520,6 +523,14 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
               tc.freqs = mc.vec(cpu, freqs);
               tg.host_freqs = tc.host_freqs = freqs.data();
             }
+            // qk-norm weights near 1 (a checkpoint's learned scales); gemma's 1 + w is
+            // applied at load, so the op sees plain weights either way.
+            std::vector<float> qw(static_cast<std::size_t>(hd)), kw(qw.size());
+            std::uniform_real_distribution<float> near1(0.5f, 1.5f);
+            for (std::size_t i = 0; i < qw.size(); ++i) {
+              qw[i] = near1(rng);
+              kw[i] = near1(rng);
+            }
             RopeKvAppendArgs rg{xg.sub(0, qn),
                                 xg.sub(qn, kn),
                                 xg.sub(qn + kn, kn),
@@ -542,14 +553,23 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
                                   layer,
                                   vc,
                                   act};
+            if (rc.qk_norm) {
+              rg.q_norm = mg.vec(gpu, qw);
+              rg.k_norm = mg.vec(gpu, kw);
+              rcpu.q_norm = mc.vec(cpu, qw);
+              rcpu.k_norm = mc.vec(cpu, kw);
+              rg.q_norm_eps = rcpu.q_norm_eps = 1e-6f;
+              rg.k_norm_eps = rcpu.k_norm_eps = 1e-5f;
+            }
             gpu.rope_kv_append(rg);
             cpu.rope_kv_append(rcpu);
             std::ostringstream s;
             s << tag(act) << " head_dim " << hd << " rope " << rc.name << " window " << window
               << (si == 0 ? " prefill T=73" : " decode T=2");
             // f32: CUDA/HIP and glibc cosf/sinf differ by up to 2 ulp at angles of tens of radians.
+            // qk-norm adds rms_norm's two roundings (a sum in another order) ahead of the rotation.
             EXPECT_CLOSE("rope_kv_append(q,k) " + s.str(), read_act(gpu, xg), read_act(cpu, xc),
-                         rounding_steps(act, act == DType::kF32 ? 3 : 1));
+                         rounding_steps(act, act == DType::kF32 || rc.qk_norm ? 3 : 1));
             Act og = mg.act(gpu, act, std::vector<float>(T * qn), T, qn);
             Act oc = mc.act(cpu, act, std::vector<float>(T * qn), T, qn);
             const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -565,7 +585,7 @@ TEST(BackendOps, RopeKvAppendAndAttention) {
           std::ostringstream s;
           s << "kv_cache " << tag(act) << " head_dim " << hd << " rope " << rc.name;
           EXPECT_CLOSE(s.str(), read_act(gpu, pg), read_act(cpu, pc),
-                       rounding_steps(act, act == DType::kF32 ? 3 : 1));
+                       rounding_steps(act, act == DType::kF32 || rc.qk_norm ? 3 : 1));
         }
       }
     }

@@ -270,6 +270,8 @@ void CpuBackend::linear(const LinearArgs& a) {
 }
 
 void CpuBackend::rope_kv_append(const RopeKvAppendArgs& a) {
+  if (a.q_norm) rms_norm({a.q, a.q_norm, a.q_norm_eps, a.q, a.round, a.n_heads});
+  if (a.k_norm) rms_norm({a.k, a.k_norm, a.k_norm_eps, a.k, a.round, a.n_kv_heads});
   const StepView& s = a.step;
   const std::int64_t T = s.n_tokens;
   const int hd = a.head_dim;
