@@ -7,10 +7,18 @@
 #  - the prefill GEMM on the tensor cores (gemm_mma.cu; off unless MLXCEL_GPU_GEMM_MMA=1).
 #    Prediction: 8B pp512 1,356 -> >= 6,000 tok/s, 0.6B 11,744 -> >= 25,000, 30B 1,164 -> >= 1,300
 #    (its prefill is mostly the experts' GEMVs, which this does not touch).
+#  - (session 10) rope_kv_append as one kernel carrying qk-norm, and attention's lanes holding
+#    head_dim / 32 consecutive elements (one vector load per key where head_dim 128 took eight
+#    2-byte loads, half of them wasted): against the eaaeb3e binary (.gpu/mlxcel-base.xz), both
+#    with graphs. Prediction: 0.6B +10-20 % (3 of ~11 launches per layer gone, attention
+#    cheaper), 8B +4-8 % (attention 18 -> <= 13 us of a 4.2 ms step's 32 layers), 30B +5-10 %.
 # Then the kernels' own device time of one 8B / 0.6B decode step (ncu gpu__time_duration, no
 # launch gaps; dev/ncu_step_times.py).
 RUN=24
 source dev/h200_lib.sh
+python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('.gpu/mlxcel-base.xz'), open('/tmp/mlxcel-base','wb'))" &&
+  chmod +x /tmp/mlxcel-base
+log "base binary: $(ls -la /tmp/mlxcel-base)"
 run_tests
 run_tests MLXCEL_GPU_GEMM_MMA=1
 timeout 120 .gpu/mlxcel selftest --device gpu > "$R/selftest.log" 2>&1
@@ -21,6 +29,7 @@ for m in llama-3.1-8b:8b qwen3-0.6b:0.6b qwen3-30b-a3b:30b; do
   b ${m#*:} .gpu/mlxcel ${m%:*} 1 3
   b ${m#*:}-nograph .gpu/mlxcel ${m%:*} 1 3 MLXCEL_GPU_GRAPHS=0
   b ${m#*:}-gemm .gpu/mlxcel ${m%:*} 1 3 MLXCEL_GPU_GEMM_MMA=1
+  b ${m#*:}-base /tmp/mlxcel-base ${m%:*} 1 3
   grep -h "decode graphs" "$R/bench-${m#*:}.log" "$R/bench-${m#*:}-nograph.log"
 done
 b 8b-b16 .gpu/mlxcel llama-3.1-8b 16 1

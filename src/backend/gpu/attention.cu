@@ -4,9 +4,10 @@
 //
 // Keys are cut into fixed spans of kSpan positions. One block of kWarps (8) warps computes a
 // span's partial (max, sum, unnormalized V) for one (token, head): warp w scores keys w*8 .. w*8+7
-// of the span with the lanes splitting head_dim (coalesced rows, one warp_sum per key), then the
-// warps' partials merge in warp order (8 warps of 8 keys: 29 -> 26 us per 8B decode layer on the
-// H200 against 4 of 16, run 21: twice the warps to hide each key's dependent chain). Two launch
+// of the span with the lanes splitting head_dim in consecutive slices (one vector load per key and
+// lane, one warp_sum per key), then the warps' partials merge in warp order (8 warps of 8 keys:
+// 29 -> 26 us per 8B decode layer on the H200 against 4 of 16, run 21: twice the warps to hide
+// each key's dependent chain). Two launch
 // shapes use that same span code and the same span-after-span merge (explicit fmaf / __fmul_rn,
 // so no contraction differs between them):
 //  - split (flash-decoding; small steps such as decode): one block per (span, head, token), grid
@@ -17,8 +18,10 @@
 //    already fill the GPU).
 // A token's output is therefore bit-identical whichever shape ran: decode is batch invariant and
 // equals prefill. Same source for CUDA and HIP.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
@@ -33,7 +36,6 @@ constexpr int kSpan = 64;                                   // key positions per
 constexpr int kKeysPerWarp = kSpan / kWarps;                // 8
 constexpr int kChunk = 4;                                   // keys whose loads overlap
 constexpr int kMaxDim = 256;                                // head_dim and v_dim limit
-constexpr int kPer = kMaxDim / MLXCEL_WARP_SIZE;            // head_dim elements per lane
 constexpr int kDPer = (kMaxDim + kThreads - 1) / kThreads;  // v_dim elements per thread (merge)
 // Split launches: below this many (token, head) pairs the one-block shape leaves SMs idle.
 constexpr std::int64_t kSplitBelowPairs = 2048;
@@ -95,10 +97,34 @@ __device__ __forceinline__ void load_q(const AttnParams& p, Smem& sm, std::int64
   for (int d = threadIdx.x; d < p.head_dim; d += kThreads) sm.q[d] = to_f32(q[d]) * p.scale;
 }
 
+// Lane `lane`'s P consecutive elements [lane * P, lane * P + P) of a K or V row of n elements, as
+// floats: one vector load when the slice lies inside the row and rows are P-aligned (`vec`);
+// otherwise element by element, clamped to the row (the caller zeroes what lies beyond n).
+template <typename KT, int P>
+__device__ __forceinline__ void load_slice(const KT* row, int lane, int n, bool vec,
+                                           float (&x)[P]) {
+  const int d0 = lane * P;
+  if (vec && d0 + P <= n) {
+    struct alignas(P * sizeof(KT) >= 16 ? 16 : P * sizeof(KT)) Slice {
+      KT v[P];
+    };
+    const Slice sl = *reinterpret_cast<const Slice*>(row + d0);
+#pragma unroll
+    for (int i = 0; i < P; ++i) x[i] = to_f32(sl.v[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < P; ++i) x[i] = to_f32(row[d0 + i < n ? d0 + i : n - 1]);
+  }
+}
+
 // The span's partial into sm.pm / sm.pl / sm.pacc (all threads call it; ends synchronized).
-// Every load is unconditional (masked keys read key pos), so a chunk's kChunk K rows (then V
-// rows) are in flight at once instead of one dependent load chain per key.
-template <typename KT>
+// Lane l holds elements [l * P, l * P + P) of q, of each K row and of the V accumulator, with P
+// the smallest of 2, 4, 8 covering the row in one warp (4 for head_dim 128: one 8-byte load per
+// key and lane where a lane-strided layout took four 2-byte loads, plus four for the rows' unused
+// half when P was fixed at 8). Every load is unconditional (masked keys read key pos), so a
+// chunk's kChunk K rows (then V rows) are in flight at once instead of one dependent load chain
+// per key.
+template <typename KT, int P>
 __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
                              std::int64_t span) {
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
@@ -116,12 +142,14 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
   __syncthreads();
   const int k0 = warp * kKeysPerWarp;
   const std::int64_t j0 = span * kSpan + k0;
-  float qr[kPer];
+  float qr[P];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int d = lane + i * MLXCEL_WARP_SIZE;
+  for (int i = 0; i < P; ++i) {
+    const int d = lane * P + i;
     qr[i] = d < p.head_dim ? sm.q[d] : 0.0f;
   }
+  // Vector loads need every row start P-aligned: head_dim (v_dim) a multiple of P.
+  const bool kvec = p.head_dim % P == 0, vvec = p.v_dim % P == 0;
   // The key loops stay rolled over chunks of kChunk keys, whose loads are in flight together
   // (chunks of 4, 8 and 16 keys measured the same on the H200, run 19).
   // Lane e keeps key e's score (masked: -inf); the V loop fetches it with a shuffle.
@@ -132,14 +160,13 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
 #pragma unroll
     for (int c = 0; c < kChunk; ++c) {
       const KT* kr = reinterpret_cast<const KT*>(p.base + sm.kofs[k0 + e0 + c]);
+      // Unconditional (clamped) loads: beyond head_dim qr is 0. Predicated loads made the
+      // compiler reuse one register, so every load waited for the one before (run 15's SASS).
+      float kx[P];
+      load_slice<KT, P>(kr, lane, p.head_dim, kvec, kx);
       float dot = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        // Unconditional (clamped) loads: beyond head_dim qr is 0. Predicated loads made the
-        // compiler reuse one register, so every load waited for the one before (run 15's SASS).
-        const int d = lane + i * MLXCEL_WARP_SIZE;
-        dot = fmaf(qr[i], to_f32(kr[d < p.head_dim ? d : p.head_dim - 1]), dot);
-      }
+      for (int i = 0; i < P; ++i) dot = fmaf(qr[i], kx[i], dot);
       s[c] = dot;
     }
 #pragma unroll
@@ -152,9 +179,9 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
     }
   }
   float lw = 0.0f;
-  float acc[kPer];
+  float acc[P];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < P; ++i) acc[i] = 0.0f;
   if (mw != -INFINITY) {  // warp-uniform
 #pragma unroll 1
     for (int e0 = 0; e0 < kKeysPerWarp; e0 += kChunk) {
@@ -164,11 +191,10 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
         const float pj = sc == -INFINITY ? 0.0f : expf(sc - mw);
         lw += pj;
         const KT* vr = reinterpret_cast<const KT*>(p.base + sm.vofs[k0 + e0 + c]);
+        float vx[P];  // clamped like K; acc beyond v_dim is never stored
+        load_slice<KT, P>(vr, lane, p.v_dim, vvec, vx);
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) {  // clamped like K; acc beyond v_dim is never stored
-          const int d = lane + i * MLXCEL_WARP_SIZE;
-          acc[i] = fmaf(pj, to_f32(vr[d < p.v_dim ? d : p.v_dim - 1]), acc[i]);
-        }
+        for (int i = 0; i < P; ++i) acc[i] = fmaf(pj, vx[i], acc[i]);
       }
     }
   }
@@ -177,8 +203,8 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
     sm.wl[warp] = lw;
   }
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int d = lane + i * MLXCEL_WARP_SIZE;
+  for (int i = 0; i < P; ++i) {
+    const int d = lane * P + i;
     if (d < p.v_dim) sm.wacc[warp][d] = acc[i];
   }
   __syncthreads();
@@ -244,7 +270,7 @@ __device__ __forceinline__ void init(Running& r) {
 }
 
 // grid (T, n_heads): one block per (token, head) walking its spans.
-template <typename T, typename KT>
+template <typename T, typename KT, int P>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
   __shared__ Smem sm;
   const std::int64_t t = blockIdx.x;
@@ -255,7 +281,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
   Running r;
   init(r);
   for (std::int64_t z = th.first / kSpan; z <= th.pos / kSpan; ++z) {
-    span_partial<KT>(p, sm, th, z);
+    span_partial<KT, P>(p, sm, th, z);
     float a2[kDPer];
 #pragma unroll
     for (int i = 0; i < kDPer; ++i) {
@@ -269,7 +295,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
 }
 
 // grid (n_spans, n_heads, T): one block per (span, head, token); the last to finish merges.
-template <typename T, typename KT>
+template <typename T, typename KT, int P>
 __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p) {
   __shared__ Smem sm;
   const std::int64_t span = blockIdx.x, t = blockIdx.z;
@@ -279,7 +305,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p)
   if (span < z0 || span > z1) return;  // block-uniform, before any barrier
   load_q<T>(p, sm, t, h);
   __syncthreads();
-  span_partial<KT>(p, sm, th, span);
+  span_partial<KT, P>(p, sm, th, span);
   const std::int64_t pair = t * p.n_heads + h;
   const std::int64_t stride = p.v_dim + 2;
   float* part = p.partials + (pair * p.n_spans + span) * stride;
@@ -321,6 +347,15 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p)
       if (z + c <= z1) merge(r, m8[c], l8[c], a8[c], p.v_dim);
   }
   write_out<T>(p, r, t, h);
+}
+
+// Elements per lane P: the smallest of 2, 4, 8 with 32 P >= the row (both launch shapes of one
+// model use the same P, so a token's output stays the same whichever shape ran).
+template <typename F>
+void with_slice(int dim, F&& f) {
+  if (dim <= 2 * MLXCEL_WARP_SIZE) return f(std::integral_constant<int, 2>{});
+  if (dim <= 4 * MLXCEL_WARP_SIZE) return f(std::integral_constant<int, 4>{});
+  f(std::integral_constant<int, 8>{});
 }
 
 struct Plan {
@@ -405,14 +440,17 @@ void attention(const backend::AttentionArgs& a, void* workspace, const Stream& s
     using A = decltype(tag);
     dispatch_act(kv.dtype, "attention (KV cache dtype)", [&](auto ktag) {
       using K = decltype(ktag);
-      if (pl.split) {
-        const dim3 grid(static_cast<unsigned>(pl.n_spans), static_cast<unsigned>(a.n_heads),
-                        static_cast<unsigned>(n_tok));
-        attention_split_kernel<A, K><<<grid, kThreads, 0, st>>>(p);
-      } else {
-        const dim3 grid(static_cast<unsigned>(n_tok), static_cast<unsigned>(a.n_heads));
-        attention_kernel<A, K><<<grid, kThreads, 0, st>>>(p);
-      }
+      with_slice(std::max(kv.head_dim, kv.v_dim), [&](auto ptag) {
+        constexpr int P = decltype(ptag)::value;
+        if (pl.split) {
+          const dim3 grid(static_cast<unsigned>(pl.n_spans), static_cast<unsigned>(a.n_heads),
+                          static_cast<unsigned>(n_tok));
+          attention_split_kernel<A, K, P><<<grid, kThreads, 0, st>>>(p);
+        } else {
+          const dim3 grid(static_cast<unsigned>(n_tok), static_cast<unsigned>(a.n_heads));
+          attention_kernel<A, K, P><<<grid, kThreads, 0, st>>>(p);
+        }
+      });
     });
   });
   check_launch("attention", s.device());
