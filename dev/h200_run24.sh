@@ -10,8 +10,9 @@
 #  - (session 10) rope_kv_append as one kernel carrying qk-norm, and attention's lanes holding
 #    head_dim / 32 consecutive elements (one vector load per key where head_dim 128 took eight
 #    2-byte loads, half of them wasted): against the eaaeb3e binary (.gpu/mlxcel-base.xz), both
-#    with graphs. Prediction: 0.6B +10-20 % (3 of ~11 launches per layer gone, attention
-#    cheaper), 8B +4-8 % (attention 18 -> <= 13 us of a 4.2 ms step's 32 layers), 30B +5-10 %.
+#    with graphs; and each layer's closing residual add fused with the next layer's input norm
+#    (add_rms_norm). Prediction: 0.6B +15-25 % (4 of ~12 launches per layer gone, attention
+#    cheaper), 8B +6-10 % (2 of 10 launches; attention 18 -> <= 13 us), 30B +8-12 %.
 # Then the kernels' own device time of one 8B / 0.6B decode step (ncu gpu__time_duration, no
 # launch gaps; dev/ncu_step_times.py).
 RUN=24

@@ -245,10 +245,13 @@ void Decoder::run_step(const ops::KvLayout& kv, const ops::StepView& s, std::int
   if (style.embed_scale) scale = bf16(std::sqrt(static_cast<float>(D))).to_float();
   ops::embed(e, embed, s, b.h, scale);
   e.emit("embed", -1, b.h);
+  // Each layer's closing residual add runs fused with the next layer's input norm
+  // (add_rms_norm: the norm reads the stored sum, as add then rms_norm would): one launch
+  // instead of two per layer on a GPU. Only the first layer's norm and the last add stand alone.
+  if (!layers.empty()) ops::rms_norm(e, b.h, layers[0].input_norm, b.xn);
   for (std::size_t l = 0; l < layers.size(); ++l) {
     DecoderLayer& L = layers[l];
     const int li = static_cast<int>(l);
-    ops::rms_norm(e, b.h, L.input_norm, b.xn);
     e.emit("attn_norm", li, b.xn);
     attention(L, li, kv, s, b);
     if (style.sandwich_norms) {
@@ -262,7 +265,11 @@ void Decoder::run_step(const ops::KvLayout& kv, const ops::StepView& s, std::int
       e.emit("ffn_norm", li, b.xn);
       feed_forward(L, li, b);
     }
-    ops::add(e, b.h, b.tmp, b.h);
+    if (l + 1 < layers.size()) {
+      ops::add_rms_norm(e, b.h, b.tmp, layers[l + 1].input_norm, b.xn);
+    } else {
+      ops::add(e, b.h, b.tmp, b.h);
+    }
     e.emit("h", li, b.h);
   }
   // Final norm and the output projection, only for the rows whose logits are wanted, in one
