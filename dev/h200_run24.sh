@@ -48,7 +48,7 @@ timeout 400 python3 scripts/bench_server.py --model "$S/llama-3.1-8b-tok" --buil
   --parallel 64 --levels 1,16,64 --max-tokens 64 --out "$R/server-8b.md" > "$R/server-8b.log" 2>&1
 log "server 8b rc=$?"
 cat "$R/server-8b.log"
-for m in llama-3.1-8b qwen3-0.6b; do
+for m in llama-3.1-8b qwen3-0.6b qwen3-30b-a3b; do
   timeout 200 ncu --metrics gpu__time_duration.sum --csv .gpu/mlxcel bench -m "$S/$m" -p 64 \
     -g 2 -r 1 --device gpu > "$R/ncu-step-$m.csv" 2> "$R/ncu-step-$m.err"
   log "ncu step $m rc=$?"
