@@ -12,7 +12,7 @@ if not rows:
     sys.exit("no ncu CSV rows on stdin")
 head, body = rows[0], rows[1:]
 name_i, unit_i, val_i = head.index("Kernel Name"), head.index("Metric Unit"), head.index("Metric Value")
-scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
+scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
 def short(name):
     """The kernel's own name: 'void mlxcel::gpu::(anonymous namespace)::embed_kernel<bf16>(...)'
     -> 'embed_kernel'."""

@@ -27,6 +27,7 @@ struct SequenceRequest {
   std::vector<std::int32_t> eos_ids;
   bool ignore_eos = false;
   int top_logprobs = 0;
+  bool logprobs = true;  // false: tokens carry logprob 0 (sampling skips the softmax normalizer)
   bool reuse_prefix = true;
   std::string cache_salt;       // prefix blocks are shared only between equal salts
   bool debug_nan_logits = false;  // test hook: the sampled logits get a NaN (fails this sequence)

@@ -893,6 +893,7 @@ TEST(BackendOps, Sample) {
         if (kind == 6)
           r.proc_begin = 0, r.proc_end = static_cast<std::int32_t>(procs.size()), r.mask_row = 0;
         r.n_top = i % 3 == 0 ? 5 : 0;
+        r.logprobs = i % 5 == 4 ? 0 : 1;  // a request without logprobs: no normalizer pass
         r.seed = 1234 + i / 8;
         r.stream = i % 2;
         r.position = static_cast<std::uint64_t>(i);
@@ -931,6 +932,7 @@ TEST(BackendOps, Sample) {
                                                                   want[i].top_logprobs[j])));
         }
         lp_err = std::max(lp_err, static_cast<double>(std::fabs(got[i].logprob - want[i].logprob)));
+        if (!rows[i].logprobs) EXPECT_EQ(got[i].logprob, 0.0f) << sig << " row " << i;
       }
       report(sig + " token mismatches " + std::to_string(token_mismatch), lp_err, 1e-4);
       EXPECT_LE(lp_err, 1e-4) << sig;

@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "runtime/sampler.h"
@@ -37,6 +38,39 @@ TEST(Sampler, GreedyIsArgmaxWithLogprob) {
   ASSERT_EQ(r.top.size(), 5u);
   EXPECT_EQ(r.top[0].id, r.token);
   for (int i = 1; i < 5; ++i) EXPECT_GE(r.top[i - 1].logprob, r.top[i].logprob);
+}
+
+// A request without logprobs skips the softmax normalizer: the same token for every filter and
+// temperature, logprob reported as 0 (with it, the chosen token's true log-probability).
+TEST(Sampler, SkippingLogprobsKeepsTheToken) {
+  const auto l = random_logits(3000, 7, 2.0f);
+  double z = 0;
+  const float mx = *std::max_element(l.begin(), l.end());
+  for (float x : l) z += std::exp(static_cast<double>(x - mx));
+  const double lse = mx + std::log(z);
+  for (int kind = 0; kind < 5; ++kind) {
+    SamplingParams p;
+    p.temperature = kind == 0 ? 0.0f : 1.1f;
+    if (kind == 2) p.top_p = 0.8f;
+    if (kind == 3) p.top_k = 20;
+    if (kind == 4) p.min_p = 0.05f;
+    p.seed = 99;
+    Sampler smp(p);
+    for (int pos = 0; pos < 16; ++pos) {
+      std::vector<backend::SampleProc> procs;
+      backend::SampleRow r = smp.row({}, pos, 0, procs);
+      backend::SampleOut with, without;
+      backend::sample_on_host(l.data(), static_cast<std::int64_t>(l.size()), r, procs.data(),
+                              nullptr, &with);
+      r.logprobs = 0;
+      backend::sample_on_host(l.data(), static_cast<std::int64_t>(l.size()), r, procs.data(),
+                              nullptr, &without);
+      ASSERT_EQ(with.status, backend::SampleStatus::kOk);
+      EXPECT_EQ(without.token, with.token) << "kind " << kind << " position " << pos;
+      EXPECT_EQ(without.logprob, 0.0f);
+      EXPECT_NEAR(with.logprob, l[with.token] - lse, 1e-4) << "kind " << kind;
+    }
+  }
 }
 
 TEST(Sampler, SeedReproducesAndDiffersAcrossSeeds) {

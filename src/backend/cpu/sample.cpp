@@ -57,10 +57,13 @@ void sample_row(const float* logits, std::int64_t n, const SampleRow& p, const S
     out->status = SampleStatus::kAllMasked;
     return;
   }
-  // 2. Log-probabilities (reported only; the normalizer in double).
+  // 2. Log-probabilities (reported only; the normalizer in double, when anything reports it).
+  const bool want_lse = p.logprobs || p.n_top > 0 || processed;
   double z = 0;
-  for (std::int64_t t = 0; t < n; ++t) z += std::exp(static_cast<double>(w[t] - mx));
+  if (want_lse)
+    for (std::int64_t t = 0; t < n; ++t) z += std::exp(static_cast<double>(w[t] - mx));
   const float lse = mx + static_cast<float>(std::log(z));
+  auto logprob = [&](std::int64_t t) { return p.logprobs ? w[t] - lse : 0.0f; };
   if (p.n_top > 0) {
     const std::int64_t k = std::min<std::int64_t>(std::min(p.n_top, kSampleMaxTop), n);
     std::vector<std::int32_t> order(static_cast<std::size_t>(n));
@@ -76,7 +79,7 @@ void sample_row(const float* logits, std::int64_t n, const SampleRow& p, const S
   }
   if (p.temperature <= 0.0f && !processed) {
     out->token = static_cast<std::int32_t>(best);
-    out->logprob = w[best] - lse;
+    out->logprob = logprob(best);
     return;
   }
 
@@ -119,7 +122,7 @@ void sample_row(const float* logits, std::int64_t n, const SampleRow& p, const S
     for (std::int64_t t = 0; t < n; ++t) processed[t] = s[t] == kNegInf ? kNegInf : w[t] - lse;
   if (p.temperature <= 0.0f) {
     out->token = static_cast<std::int32_t>(best);
-    out->logprob = w[best] - lse;
+    out->logprob = logprob(best);
     return;
   }
 
@@ -139,7 +142,7 @@ void sample_row(const float* logits, std::int64_t n, const SampleRow& p, const S
     }
   }
   out->token = static_cast<std::int32_t>(chosen);
-  out->logprob = w[chosen] - lse;
+  out->logprob = logprob(chosen);
 }
 
 }  // namespace mlxcel::cpu

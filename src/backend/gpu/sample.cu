@@ -150,12 +150,16 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams a) {
   }
   const float mx = w[best.id];
 
-  // 2. Log-probabilities (reported only).
-  double z = 0;
-  for (std::int64_t t = tid; t < n; t += kThreads) z += exp(static_cast<double>(w[t] - mx));
-  z = block_reduce(z, SumF64{});
-  const float lse = mx + static_cast<float>(log(z));
+  // 2. Log-probabilities (reported only; skipped when nothing reports them: a pass of double
+  //    exponentials over the vocabulary on one SM was most of a greedy step's sampling).
   const int n_top = min(min(p.n_top, backend::kSampleMaxTop), static_cast<int>(n));
+  float lse = 0.0f;
+  if (p.logprobs || n_top > 0) {  // block-uniform
+    double z = 0;
+    for (std::int64_t t = tid; t < n; t += kThreads) z += exp(static_cast<double>(w[t] - mx));
+    z = block_reduce(z, SumF64{});
+    lse = mx + static_cast<float>(log(z));
+  }
   Best prev{0, -1};
   for (int j = 0; j < n_top; ++j) {  // the j-th best: the best of those ranked after prev
     Best b{0, -1};
@@ -254,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams a) {
   if (tid == 0) {
     out->status = SampleStatus::kOk;
     out->token = chosen;
-    out->logprob = w[chosen] - lse;
+    out->logprob = p.logprobs ? w[chosen] - lse : 0.0f;
     out->n_top = n_top;
   }
 }
