@@ -141,10 +141,11 @@ def main():
         cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
                    platform.processor())
         lines = [
-            "# mlxcel-server on the CPU backend",
+            "# mlxcel-server throughput",
             "",
-            f"Measured by `scripts/bench_server.py` at commit `{commit}` on {cpu} ({os.cpu_count()} cores"
-            f" visible), {time.strftime('%Y-%m-%d')}.",
+            f"Measured by `scripts/bench_server.py` (tree at commit `{commit}`) on a host with {cpu}"
+            f" ({os.cpu_count()} cores visible), {time.strftime('%Y-%m-%d')}; the server ran on the device"
+            " it picks by default (the GPU where one is present).",
             f"Model: `{a.model or a.url}`; greedy streaming /v1/completions, max_tokens {a.max_tokens}, server"
             f" --parallel {a.parallel}. Aggregate tok/s = generated tokens of all requests / wall time of the level;"
             " TTFT is measured at the client (request sent to first content chunk) and includes queueing.",
