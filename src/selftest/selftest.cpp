@@ -138,8 +138,8 @@ void Runner::linear() {
     for (const Fmt& f : fmts) {
       for (const Shape2& s : shapes) {
         if (f.q && s.in % f.q->group_size != 0) continue;  // no such checkpoint
-        // 1-64 rows take the GEMVs; 80 rows the GEMM (the matrix units under
-        // MLXCEL_GPU_GEMM_MMA=1).
+        // 1-64 rows take the GEMVs; 80 rows the GEMM (the matrix units: by default on CUDA,
+        // under MLXCEL_GPU_GEMM_MMA=1 on HIP).
         for (std::int64_t rows : {1, 31, 33, 80}) {
           const std::string sig = dt(act) + " " + f.name + " " + std::to_string(rows) + "x" +
                                   std::to_string(s.in) + "->" + std::to_string(s.out);
