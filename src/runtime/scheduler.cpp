@@ -105,7 +105,7 @@ void Scheduler::sample(std::span<Sequence* const> seqs, std::span<const std::int
       backend::SampleRow r = s.sampler.row(s.history, static_cast<std::int64_t>(s.history.size()),
                                            std::max(0, s.req.top_logprobs), procs);
       r.logit_row = rows[i];
-      r.logprobs = s.req.logprobs ? 1 : 0;
+      r.logprobs = s.req.top_logprobs >= 0 ? 1 : 0;
       r.debug_nan = s.req.debug_nan_logits ? 1 : 0;
       allowed_.clear();
       if (s.obs->allowed_tokens(allowed_, s.stats)) {

@@ -26,8 +26,9 @@ struct SequenceRequest {
   std::int64_t max_tokens = 0;  // 0: up to the context limit
   std::vector<std::int32_t> eos_ids;
   bool ignore_eos = false;
+  // Alternatives reported per token; -1: no logprobs at all (tokens carry logprob 0 and
+  // sampling skips the softmax normalizer), as for a server request without `logprobs`.
   int top_logprobs = 0;
-  bool logprobs = true;  // false: tokens carry logprob 0 (sampling skips the softmax normalizer)
   bool reuse_prefix = true;
   std::string cache_salt;       // prefix blocks are shared only between equal salts
   bool debug_nan_logits = false;  // test hook: the sampled logits get a NaN (fails this sequence)

@@ -279,8 +279,7 @@ void Engine::loop() {
         q.sampling = r->sampling;
         q.max_tokens = r->max_tokens;
         q.eos_ids = opts_.eos_ids;
-        q.top_logprobs = std::max(0, r->top_logprobs);
-        q.logprobs = r->top_logprobs >= 0;  // -1: the response carries no logprobs
+        q.top_logprobs = r->top_logprobs;  // -1: the response carries no logprobs
         q.cache_salt = r->cache_salt;
         q.debug_nan_logits = r->debug_nan_logits;
         try {

@@ -147,7 +147,7 @@ RunTimes run_once(models::Model& model, runtime::KvBlockPool& pool,
     r.max_tokens = gen;
     r.ignore_eos = true;  // greedy: SamplingParams' default temperature 0
     r.reuse_prefix = false;
-    r.logprobs = false;  // as a server request without logprobs: nothing reads them
+    r.top_logprobs = -1;  // as a server request without logprobs: nothing reads them
     sched.add(std::move(r), &obs[i]);
   }
   const auto t0 = clock_type::now();
