@@ -34,47 +34,18 @@
 
 #include "backend/gpu/linear.cuh"
 #include "backend/gpu/mma.cuh"
+#include "backend/gpu/qgemv_mma.cuh"
 
 namespace mlxcel::gpu {
 
 #if defined(MLXCEL_GPU_CUDA)
 namespace {
 
-constexpr int kWarps = 8;  // warps per block
+using namespace qmma;
+
 constexpr int kThreads = kWarps * MLXCEL_WARP_SIZE;
 constexpr int kRows = 8;                     // activation rows per block: the mma's N
-constexpr int kTileCols = 16;                // output columns per warp: the mma's M
 constexpr std::int64_t kTargetWarps = 2048;  // ~16 warps per SM on a 132-SM H200
-
-struct MmaParams {
-  LinParams p;
-  int ks = 1;                   // warps per column tile, splitting the groups of K
-  std::int64_t groups = 0;      // groups per row: k / group_size
-  std::int64_t col_block0 = 0;  // the first column block of this launch
-};
-
-// The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
-// mantissa bits reads as off + c, exactly.
-template <typename T>
-struct Magic;
-template <>
-struct Magic<bf16> {
-  static constexpr std::uint32_t kPair = 0x43004300u;  // (128, 128)
-  static constexpr std::uint32_t kOnes = 0x3F803F80u;  // (1, 1)
-  static constexpr float kOff = 128.0f;
-};
-template <>
-struct Magic<f16> {
-  static constexpr std::uint32_t kPair = 0x64006400u;  // (1024, 1024)
-  static constexpr std::uint32_t kOnes = 0x3C003C00u;  // (1, 1)
-  static constexpr float kOff = 1024.0f;
-};
-
-// Codes i and i + 4 of a packed word as the pair (off + c_i, off + c_{i+4}).
-template <typename T>
-__device__ __forceinline__ std::uint32_t code_pair(std::uint32_t w, int i) {
-  return ((w >> (4 * i)) & 0x000F000Fu) | Magic<T>::kPair;
-}
 
 // `n` 32-bit words from 4 * n aligned bytes in one load (n = 1, 2 or 4).
 template <int N>
@@ -228,14 +199,6 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_kernel(MmaParams mp) {
     apply_group_regs<T, WPL>(r, acc);
   }
   lw.finish(mp, acc, red);
-}
-
-// Element i (0 or 1) of a 4-byte word of two 16-bit scale codes (code 1: bf16, 2: f16).
-__device__ __forceinline__ float code_value(std::uint32_t word, int code, std::int64_t i) {
-  if (code == 0) return __uint_as_float(word);
-  const std::uint32_t h = (i & 1) ? word >> 16 : word & 0xFFFFu;
-  return code == 1 ? __uint_as_float(h << 16)
-                   : f16::from_bits(static_cast<std::uint16_t>(h)).to_float();
 }
 
 // --- One group per lane ----------------------------------------------------------------------
@@ -396,7 +359,9 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
 // Warps per column tile: the fewest that give kTargetWarps warps in all, keeping >= 2 groups per
 // warp. Depends on the matrix only (batch invariance). MLXCEL_GPU_QGEMV_MMA_KS = 1, 2, 4 or 8
 // forces one (a measuring knob).
-int choose_ks(std::int64_t tiles, std::int64_t groups) {
+}  // namespace
+
+int qmma::choose_ks(std::int64_t tiles, std::int64_t groups) {
   static const int forced = [] {
     const int k = env_int("MLXCEL_GPU_QGEMV_MMA_KS", 0);
     return k == 1 || k == 2 || k == 4 || k == 8 ? k : 0;
@@ -406,6 +371,8 @@ int choose_ks(std::int64_t tiles, std::int64_t groups) {
   while (ks < kWarps && tiles * ks < kTargetWarps && groups / (2 * ks) >= 2) ks *= 2;
   return ks;
 }
+
+namespace {
 
 // Column blocks go in y, at most 65,535 per launch (a 262k vocabulary has more).
 template <typename Kernel>
@@ -449,6 +416,8 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       // registers); capping registers at batch 1 lost: 4 blocks per SM (64 registers, 96 B
       // spilled) 236 -> 211 tok/s, 3 blocks (80, 16 B spilled) 239 -> 230 (runs 22-23).
       const int np = p.experts || p.m <= 2 ? 1 : 2;
+      // 1-2 rows on sm_90: the same arithmetic with the weights streamed by bulk copies.
+      if (np == 1 && qgemv_bulk<T>(mp, s)) return true;
       const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;

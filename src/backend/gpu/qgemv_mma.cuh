@@ -1,0 +1,64 @@
+#pragma once
+// What the two tensor-core decode GEMVs share (CUDA sm_80+): qgemv_mma.cu's register-fed kernels
+// and qgemv_bulk.cu's bulk-copy pipeline, which must compute each output with the same
+// arithmetic so that a row's result does not depend on which of them ran (batch invariance).
+#include <cstdint>
+
+#include "backend/gpu/linear.cuh"
+
+#if defined(MLXCEL_GPU_CUDA)
+namespace mlxcel::gpu::qmma {
+
+constexpr int kWarps = 8;       // warps per block
+constexpr int kTileCols = 16;   // output columns per warp: the mma's M
+
+struct MmaParams {
+  LinParams p;
+  int ks = 1;                   // warps per column tile, splitting the groups of K
+  std::int64_t groups = 0;      // groups per row: k / group_size
+  std::int64_t col_block0 = 0;  // the first column block of this launch
+};
+
+// Warps per column tile: depends on the matrix only (batch invariance); qgemv_mma.cu.
+int choose_ks(std::int64_t tiles, std::int64_t groups);
+
+// The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
+// mantissa bits reads as off + c, exactly.
+template <typename T>
+struct Magic;
+template <>
+struct Magic<bf16> {
+  static constexpr std::uint32_t kPair = 0x43004300u;  // (128, 128)
+  static constexpr std::uint32_t kOnes = 0x3F803F80u;  // (1, 1)
+  static constexpr float kOff = 128.0f;
+};
+template <>
+struct Magic<f16> {
+  static constexpr std::uint32_t kPair = 0x64006400u;  // (1024, 1024)
+  static constexpr std::uint32_t kOnes = 0x3C003C00u;  // (1, 1)
+  static constexpr float kOff = 1024.0f;
+};
+
+// Codes i and i + 4 of a packed word as the pair (off + c_i, off + c_{i+4}).
+template <typename T>
+__device__ __forceinline__ std::uint32_t code_pair(std::uint32_t w, int i) {
+  return ((w >> (4 * i)) & 0x000F000Fu) | Magic<T>::kPair;
+}
+
+// Element i (0 or 1) of a 4-byte word of two 16-bit scale codes (code 1: bf16, 2: f16).
+__device__ __forceinline__ float code_value(std::uint32_t word, int code, int i) {
+  if (code == 0) return __uint_as_float(word);
+  const std::uint32_t h = i ? word >> 16 : word & 0xFFFFu;
+  return code == 1 ? __uint_as_float(h << 16)
+                   : f16::from_bits(static_cast<std::uint16_t>(h)).to_float();
+}
+
+// The one-group-per-lane GEMV (qgemv_mma_gpl_kernel's arithmetic) with weights and scales
+// streamed into shared memory by bulk copies (qgemv_bulk.cu): launches and returns true for
+// 1-2 rows without expert indexing on sm_90+ when the shapes and alignments fit and
+// MLXCEL_GPU_QGEMV_BULK is not 0; false leaves the work to qgemv_mma's kernels.
+template <typename T>
+bool qgemv_bulk(const MmaParams& mp, const Stream& s);
+
+}  // namespace mlxcel::gpu::qmma
+#endif
