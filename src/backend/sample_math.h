@@ -41,8 +41,8 @@ struct SampleRow {
   std::int32_t mask_row = -1;        // allowed-token bitmask row, -1: none
   std::int32_t debug_nan = 0;        // test hook: poison logit 0 with NaN
   // 1: report the chosen token's log-probability; 0: skip the softmax normalizer (a pass over
-  // the vocabulary in double, most of a greedy step's sampling time) and report logprob 0. The
-  // chosen token is the same either way; n_top > 0 computes the normalizer regardless.
+  // the vocabulary in double) and report logprob 0. The chosen token is the same either way;
+  // n_top > 0 computes the normalizer regardless.
   std::int32_t logprobs = 1;
   std::uint64_t seed = 0, stream = 0, position = 0;  // the Philox counter of the draw
 };

@@ -899,6 +899,13 @@ TEST(BackendOps, Sample) {
         r.position = static_cast<std::uint64_t>(i);
         rows.push_back(r);
       }
+      for (int i = 0; i < 6; ++i) {  // plain greedy without logprobs (the GPU's one-pass path)
+        SampleRow r;
+        r.logit_row = i % n_logit_rows;
+        r.logprobs = 0;
+        r.mask_row = i < 3 ? 0 : -1;
+        rows.push_back(r);
+      }
       auto run = [&](Backend& be, DeviceMem& m) {
         SampleArgs a;
         a.logits = m.act(be, act, logits, n_logit_rows, vocab);
@@ -932,7 +939,9 @@ TEST(BackendOps, Sample) {
                                                                   want[i].top_logprobs[j])));
         }
         lp_err = std::max(lp_err, static_cast<double>(std::fabs(got[i].logprob - want[i].logprob)));
-        if (!rows[i].logprobs) EXPECT_EQ(got[i].logprob, 0.0f) << sig << " row " << i;
+        if (!rows[i].logprobs) {
+          EXPECT_EQ(got[i].logprob, 0.0f) << sig << " row " << i;
+        }
       }
       report(sig + " token mismatches " + std::to_string(token_mismatch), lp_err, 1e-4);
       EXPECT_LE(lp_err, 1e-4) << sig;

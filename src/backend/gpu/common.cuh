@@ -4,6 +4,7 @@
 // dispatch. Vendor-neutral: everything vendor-specific comes from compat.h.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "backend/backend.h"
@@ -15,6 +16,12 @@ namespace mlxcel::gpu {
 
 // Rounding targets as kernel arguments: the checkpoint's activation dtype of backend::*Args::round.
 enum RoundCode : int { kRoundNone = 0, kRoundBf16 = 1, kRoundF16 = 2 };
+// An integer switch from the environment (measuring knobs), `fallback` when unset or empty.
+inline int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
 inline int round_code(DType t) {
   return t == DType::kBF16 ? kRoundBf16 : t == DType::kF16 ? kRoundF16 : kRoundNone;
 }

@@ -70,10 +70,4 @@ inline bool wmma_capable(int device) {
 
 #endif  // MLXCEL_GPU_CUDA
 
-// An integer switch from the environment (measuring knobs), `fallback` when unset or empty.
-inline int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
-
 }  // namespace mlxcel::gpu

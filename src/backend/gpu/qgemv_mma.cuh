@@ -56,7 +56,8 @@ __device__ __forceinline__ float code_value(std::uint32_t word, int code, int i)
 // The one-group-per-lane GEMV (qgemv_mma_gpl_kernel's arithmetic) with weights and scales
 // streamed into shared memory by bulk copies (qgemv_bulk.cu): launches and returns true for
 // 1-2 rows without expert indexing on sm_90+ when the shapes and alignments fit and
-// MLXCEL_GPU_QGEMV_BULK is not 0; false leaves the work to qgemv_mma's kernels.
+// MLXCEL_GPU_QGEMV_BULK=1 (off by default until measured); false leaves the work to
+// qgemv_mma's kernels.
 template <typename T>
 bool qgemv_bulk(const MmaParams& mp, const Stream& s);
 

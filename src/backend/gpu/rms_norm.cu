@@ -141,12 +141,13 @@ __global__ void __launch_bounds__(B) rms_norm_act_kernel(const T* x, std::int64_
   const std::int64_t row = blockIdx.x / heads, h = blockIdx.x % heads;
   const T* xr = x + row * x_stride + h * hd;
   T* yr = y + row * y_stride + h * hd;
-  float v[kHeld];
+  float v[kHeld], wv[kHeld];
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < kHeld; ++i) {
     const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(i) * B;
     const float e = to_f32(xr[c < hd ? c : hd - 1]);
+    wv[i] = w[c < hd ? c : hd - 1];  // in flight with x, not after the reduction
     v[i] = c < hd ? e : 0.0f;
     ss += v[i] * v[i];
   }
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(B) rms_norm_act_kernel(const T* x, std::int64_
 #pragma unroll
   for (int i = 0; i < kHeld; ++i) {
     const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(i) * B;
-    if (c < hd) store(yr, c, rnd(v[i] * inv, round) * w[c], round);
+    if (c < hd) store(yr, c, rnd(v[i] * inv, round) * wv[i], round);
   }
   for (std::int64_t c = threadIdx.x + static_cast<std::int64_t>(kHeld) * B; c < hd; c += B)
     store(yr, c, rnd(to_f32(xr[c]) * inv, round) * w[c], round);
@@ -174,12 +175,14 @@ __global__ void __launch_bounds__(B)
   T* hr = h + row * h_stride;
   const T* dr = d + row * d_stride;
   T* yr = y + row * y_stride;
-  float v[kHeld];
+  float v[kHeld], wv[kHeld];
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < kHeld; ++i) {
     const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(i) * B;
     const std::int64_t cc = c < cols ? c : cols - 1;
+    wv[i] = w[cc];  // in flight with h and d (h and w mostly come from DRAM: the GEMVs
+                    // between two norms stream enough weights through L2 to evict them)
     // The stored (rounded) sum is what the norm sees, as in the unfused add then rms_norm.
     const T sum = from_f32<T>(rnd(to_f32(hr[cc]) + to_f32(dr[cc]), round));
     v[i] = c < cols ? to_f32(sum) : 0.0f;
@@ -197,7 +200,7 @@ __global__ void __launch_bounds__(B)
 #pragma unroll
   for (int i = 0; i < kHeld; ++i) {
     const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(i) * B;
-    if (c < cols) store(yr, c, rnd(v[i] * inv, round) * w[c], round);
+    if (c < cols) store(yr, c, rnd(v[i] * inv, round) * wv[i], round);
   }
   // Each thread re-reads only the elements it wrote itself.
   for (std::int64_t c = threadIdx.x + static_cast<std::int64_t>(kHeld) * B; c < cols; c += B)
