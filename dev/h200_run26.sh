@@ -1,33 +1,42 @@
 #!/usr/bin/env bash
-# Session 11, first H200 call (issue 12). Against run 25's binary (.gpu/mlxcel-base.xz, the code
-# of 6287af8), the new one has:
-#  - qgemv_bulk (1-2 rows, sm_90): the gpl GEMV's arithmetic with weights and scales streamed by
-#    cp.async.bulk into per-warp 3-stage shared-memory rings, one resident block per SM walking
-#    the column blocks, e per group computed once per block, weight copies marked evict-first
-#    in L2. Run 25: the GEMV was 70 % of the 8B step at ~1.6 TB/s, 22 % occupancy.
-#    Prediction: 8B GEMV time -35 % (gate_up 37.7 us -> <= 24 us), 8B 286 -> >= 360 tok/s;
-#    0.6B 719 -> >= 780 (its GEMVs are small and latency-bound); 30B 244 -> >= 270 (its
-#    attention/dense GEMVs only; experts keep the gpl kernel).
-#    Same binary with MLXCEL_GPU_QGEMV_BULK=0 isolates it.
-#  - rms_norm / add_rms_norm load their fp32 weight with the row instead of after the reduction
-#    (one DRAM round trip fewer). Prediction: add_rms_norm 7.0 -> <= 5.5 us under ncu.
-#  - the sampler's one-pass greedy path (no logprobs, processors or NaN hook): 75 -> <= 10 us.
+# Session 11's H200 call, written without a device (issue 12); run it first next session. Against
+# run 25's binary (.gpu/mlxcel-base.xz, the code of 6287af8) the new one has:
+#  - decoder fusions on by default (CPU-checked: conformance and refactor parity): o / down /
+#    the MoE combine add into the residual stream in their epilogue (accumulate) and every input
+#    norm is part of the projection that reads it (norm_linear: with the bulk kernel off, a plain
+#    rms_norm launch before the GEMV). Prediction, default switches: 8B 286 -> 286-295 (the
+#    delta reads go; the launch count is unchanged), 0.6B 719 -> 720-740, 30B 244 -> 244-255.
+#  - MLXCEL_GPU_QGEMV_BULK=1: qgemv_bulk (1-2 rows, sm_90), the gpl GEMV's arithmetic with the
+#    weights and scales streamed by cp.async.bulk into per-warp 3-stage rings, one resident block
+#    per SM, L2 evict-first weights; with it the input norm runs in the GEMV's prologue
+#    (MLXCEL_GPU_FUSED_NORM=0 keeps the separate norm, to split the two effects). Run 25: GEMV
+#    70 % of the 8B step at ~1.6 TB/s, add_rms_norm 12 %. Prediction (all on): 8B -> >= 380
+#    tok/s (GEMV -35 %, no norm launches), 0.6B -> >= 850, 30B -> >= 280 (its experts keep gpl).
+#  - MLXCEL_GPU_SAMPLE_FAST=1: the sampler's one-pass greedy path, 75 -> <= 10 us.
+#  - rms_norm kernels load their weight with the row (on by default; -1 DRAM round trip).
+# New tests: LinearFusions (fused == unfused bit for bit, close to the CPU), the MoE combine's
+# accumulate, plain-greedy sampler rows; selftest "linear fusions".
 RUN=26
 source dev/h200_lib.sh
 unxz_to() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2" && chmod +x "$2"; }
 unxz_to .gpu/mlxcel-base.xz /tmp/mlxcel-base
 unxz_to .gpu/test_backend_ops.xz .gpu/test_backend_ops
+ALL="MLXCEL_GPU_QGEMV_BULK=1 MLXCEL_GPU_SAMPLE_FAST=1"
 run_tests
-run_tests MLXCEL_GPU_QGEMV_BULK=0
+run_tests $ALL
 timeout 120 .gpu/mlxcel selftest --device gpu > "$R/selftest.log" 2>&1
 log "selftest rc=$? $(tail -1 "$R/selftest.log")"
+env $ALL timeout 120 .gpu/mlxcel selftest --device gpu > "$R/selftest-all.log" 2>&1
+log "selftest (all on) rc=$? $(tail -1 "$R/selftest-all.log")"
 synth_all
 for m in llama-3.1-8b:8b qwen3-0.6b:0.6b qwen3-30b-a3b:30b; do
   b ${m#*:} .gpu/mlxcel ${m%:*} 1 3
-  b ${m#*:}-bulk0 .gpu/mlxcel ${m%:*} 1 3 MLXCEL_GPU_QGEMV_BULK=0
+  b ${m#*:}-all .gpu/mlxcel ${m%:*} 1 3 $ALL
+  b ${m#*:}-bulk-nofuse .gpu/mlxcel ${m%:*} 1 3 $ALL MLXCEL_GPU_FUSED_NORM=0
   b ${m#*:}-base /tmp/mlxcel-base ${m%:*} 1 3
 done
 b 8b-b16 .gpu/mlxcel llama-3.1-8b 16 1
+b 8b-b16-all .gpu/mlxcel llama-3.1-8b 16 1 $ALL
 ncu_step() {
   local tag=$1 model=$2 batch=$3
   shift 3
@@ -37,11 +46,11 @@ ncu_step() {
   log "ncu step $tag rc=$?"
   python3 dev/ncu_step_times.py < "$R/ncu-step-$tag.csv" 2>&1 | tee "$R/step-times-$tag.txt" | head -16
 }
-ncu_step 8b llama-3.1-8b 1
-ncu_step 0.6b qwen3-0.6b 1
-ncu_step 30b qwen3-30b-a3b 1
+ncu_step 8b-all llama-3.1-8b 1 $ALL
+ncu_step 0.6b-all qwen3-0.6b 1 $ALL
+ncu_step 30b-all qwen3-30b-a3b 1 $ALL
 # One decode step's gate_up and down (129 bulk launches per 8B step: skip the first step).
-ncu_k bulk-gate_up qgemv_bulk 131 64 4
-ncu_k bulk-down qgemv_bulk 132 64 4
+ncu_k bulk-gate_up qgemv_bulk 131 64 4 $ALL
+ncu_k bulk-down qgemv_bulk 132 64 4 $ALL
 pack
 log "end"

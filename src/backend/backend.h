@@ -164,11 +164,24 @@ struct AddRmsNormArgs {  // h = round(h + delta); y = rms_norm(h)
 };
 
 struct LinearArgs {  // y = round(x · Wᵀ + bias)
+  LinearArgs() = default;
+  LinearArgs(Act x_, Matrix w_, const float* bias_, Act y_, DType round_)
+      : x(x_), w(w_), bias(bias_), y(y_), round(round_) {}
   Act x;
   Matrix w;
   const float* bias = nullptr;  // device fp32 [n] or null
   Act y;
   DType round = DType::kF32;
+  // Fusions every backend honours, with exactly the unfused ops' results (a GPU runs them
+  // inside the decode GEMV where it can, saving a launch and a pass over the activations):
+  // accumulate: y = round(y + round(x · Wᵀ + bias)), the residual add of an output projection
+  // (linear into a temporary, then add).
+  bool accumulate = false;
+  // norm_weight set: x = rms_norm(norm_src) with norm_weight / norm_eps first (x is written:
+  // later ops may read it), then the product (rms_norm, then linear).
+  const float* norm_weight = nullptr;
+  float norm_eps = 1e-5f;
+  Act norm_src;
 };
 
 // The rotary table of a layer, as mlx-lm builds it (backend/cpu/rope.h has the semantics).
@@ -242,6 +255,7 @@ struct MoeExpertsArgs {
   const float* weights = nullptr;
   Act out;  // [T, H]
   DType round = DType::kF32;
+  bool accumulate = false;  // out = round(out + round(the combine)): the residual add
 };
 
 struct GatherRowsArgs {  // dst[i] = src[rows[i]]

@@ -126,22 +126,33 @@ void Decoder::plan(std::int64_t T, std::int64_t R, Buffers& b) {
 }
 
 void Decoder::attention(DecoderLayer& L, int layer, const ops::KvLayout& kv,
-                        const ops::StepView& s, Buffers& b) {
+                        const ops::StepView& s, Buffers& b, const ops::NormWeight* in_norm) {
   const ModelConfig& c = config_;
   const ops::Exec& e = exec_;
   const int Hq = static_cast<int>(c.num_attention_heads), Hk = static_cast<int>(c.num_key_value_heads);
   const int hd = static_cast<int>(c.head_dim);
   const std::int64_t qn = static_cast<std::int64_t>(Hq) * hd, kn = static_cast<std::int64_t>(Hk) * hd;
   ops::Act q = b.q, k = b.k, v = b.v;
+  // The first projection (normalizing b.h into b.xn first when fused); the others read b.xn.
+  auto project = [&](const ops::LinearWeight& w, ops::Act y) {
+    if (in_norm) {
+      ops::norm_linear(e, *in_norm, b.h, b.xn, w, y);
+      e.emit("attn_norm", layer, b.xn);
+      in_norm = nullptr;
+    } else {
+      ops::linear(e, w, b.xn, y);
+    }
+  };
+  const bool fused = in_norm != nullptr;
   if (L.qkv.defined()) {
-    ops::linear(e, L.qkv, b.xn, b.qkv);
+    project(L.qkv, b.qkv);
     q = b.qkv.sub(0, qn);
     k = b.qkv.sub(qn, kn);
     v = b.qkv.sub(qn + kn, kn);
   } else {
-    ops::linear(e, L.q, b.xn, q);
-    ops::linear(e, L.k, b.xn, k);
-    ops::linear(e, L.v, b.xn, v);
+    project(L.q, q);
+    project(L.k, k);
+    project(L.v, v);
   }
   e.emit("q", layer, q);
   e.emit("k", layer, k);
@@ -155,37 +166,61 @@ void Decoder::attention(DecoderLayer& L, int layer, const ops::KvLayout& kv,
   const float scale = style.attn_scale > 0 ? style.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   ops::attention(e, q, Hq, kv, layer, L.window, scale, s, b.att);
   e.emit("attn", layer, b.att);
-  ops::linear(e, L.o, b.att, b.tmp);
-  e.emit("o", layer, b.tmp);
+  if (fused) {
+    ops::linear_add(e, L.o, b.att, b.h);  // h += o
+  } else {
+    ops::linear(e, L.o, b.att, b.tmp);
+    e.emit("o", layer, b.tmp);
+  }
 }
 
-void Decoder::feed_forward(const DecoderLayer& L, int layer, Buffers& b) {
+void Decoder::feed_forward(const DecoderLayer& L, int layer, Buffers& b,
+                           const ops::NormWeight* in_norm) {
   const ops::Exec& e = exec_;
   if (L.moe) {
     const Moe& m = *L.moe;
+    if (in_norm) {  // the router and the experts both read b.xn
+      ops::rms_norm(e, b.h, *in_norm, b.xn);
+      e.emit("ffn_norm", layer, b.xn);
+    }
+    // Fused: the combine adds into b.h itself.
     ops::moe(e, m.router, m.gate, m.up, m.down, m.top_k, m.norm_topk_prob, b.xn,
-             b.gates.sub(0, m.num_experts), b.experts, b.expert_weights, b.tmp);
+             b.gates.sub(0, m.num_experts), b.experts, b.expert_weights, in_norm ? b.h : b.tmp,
+             in_norm != nullptr);
     return;
   }
   const std::int64_t I = L.down.in();
   ops::Act g = b.g.sub(0, I), u = b.u.sub(0, I), act = b.act.sub(0, I);
   g.stride = u.stride = act.stride = I;
+  // The first projection normalizes b.h into b.xn when fused.
+  auto project = [&](const ops::LinearWeight& w, ops::Act y) {
+    if (in_norm) {
+      ops::norm_linear(e, *in_norm, b.h, b.xn, w, y);
+      e.emit("ffn_norm", layer, b.xn);
+    } else {
+      ops::linear(e, w, b.xn, y);
+    }
+  };
   if (L.gate_up.defined()) {
     ops::Act gu = b.gu.sub(0, 2 * I);
     gu.stride = 2 * I;
-    ops::linear(e, L.gate_up, b.xn, gu);
+    project(L.gate_up, gu);
     g = gu.sub(0, I);
     u = gu.sub(I, I);
   } else {
-    ops::linear(e, L.gate, b.xn, g);
+    project(L.gate, g);
     ops::linear(e, L.up, b.xn, u);
   }
   e.emit("gate", layer, g);
   e.emit("up", layer, u);
   ops::gated_activation(e, style.activation, g, u, act);
   e.emit("act", layer, act);
-  ops::linear(e, L.down, act, b.tmp);
-  e.emit("down", layer, b.tmp);
+  if (in_norm) {
+    ops::linear_add(e, L.down, act, b.h);  // h += down
+  } else {
+    ops::linear(e, L.down, act, b.tmp);
+    e.emit("down", layer, b.tmp);
+  }
 }
 
 std::vector<ops::OpSignature> Decoder::required_ops() const {
@@ -245,25 +280,44 @@ void Decoder::run_step(const ops::KvLayout& kv, const ops::StepView& s, std::int
   if (style.embed_scale) scale = bf16(std::sqrt(static_cast<float>(D))).to_float();
   ops::embed(e, embed, s, b.h, scale);
   e.emit("embed", -1, b.h);
-  // Each layer's closing residual add runs fused with the next layer's input norm
-  // (add_rms_norm: the norm reads the stored sum, as add then rms_norm would): one launch
-  // instead of two per layer on a GPU. Only the first layer's norm and the last add stand alone.
+  // Fused form: each norm runs inside the projection that reads it (norm_linear) and each
+  // residual add inside the projection that produces it (linear_add), so a GPU decode step has
+  // no separate norm or add launch in a dense layer. Sandwich norms (a norm between projection
+  // and add) and traces (which record the projections' own outputs) take the unfused form.
+  const bool fused = !style.sandwich_norms && !e.tap;
+  if (fused) {
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      DecoderLayer& L = layers[l];
+      const int li = static_cast<int>(l);
+      attention(L, li, kv, s, b, &L.input_norm);
+      feed_forward(L, li, b, &L.post_attn_norm);
+      e.emit("h", li, b.h);
+    }
+    ops::gather_rows(e, b.h, step_block_.logit_rows(), step_block_.host_logit_rows(), R, b.picked);
+    ops::norm_linear(e, final_norm, b.picked, b.normed, lm_head ? *lm_head : embed, b.logits);
+    e.emit("final_norm", -1, b.normed);
+    e.emit("logits", -1, b.logits);
+    return;
+  }
+  // Unfused form: each layer's closing residual add runs fused with the next layer's input
+  // norm (add_rms_norm: the norm reads the stored sum, as add then rms_norm would). Only the
+  // first layer's norm and the last add stand alone.
   if (!layers.empty()) ops::rms_norm(e, b.h, layers[0].input_norm, b.xn);
   for (std::size_t l = 0; l < layers.size(); ++l) {
     DecoderLayer& L = layers[l];
     const int li = static_cast<int>(l);
     e.emit("attn_norm", li, b.xn);
-    attention(L, li, kv, s, b);
+    attention(L, li, kv, s, b, nullptr);
     if (style.sandwich_norms) {
       ops::rms_norm(e, b.tmp, L.post_attn_norm, b.tmp);
       ops::add_rms_norm(e, b.h, b.tmp, L.pre_ff_norm, b.xn);
       e.emit("ffn_norm", li, b.xn);
-      feed_forward(L, li, b);
+      feed_forward(L, li, b, nullptr);
       ops::rms_norm(e, b.tmp, L.post_ff_norm, b.tmp);
     } else {
       ops::add_rms_norm(e, b.h, b.tmp, L.post_attn_norm, b.xn);
       e.emit("ffn_norm", li, b.xn);
-      feed_forward(L, li, b);
+      feed_forward(L, li, b, nullptr);
     }
     if (l + 1 < layers.size()) {
       ops::add_rms_norm(e, b.h, b.tmp, layers[l + 1].input_norm, b.xn);

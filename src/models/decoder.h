@@ -73,9 +73,12 @@ class Decoder final : public Model {
     float* expert_weights = nullptr;
   };
   void plan(std::int64_t T, std::int64_t R, Buffers& b);
+  // in_norm null: the input is b.xn and the output goes to b.tmp (the residual add is the
+  // caller's). in_norm set (fused): the input norm of b.h runs in the first projection (writing
+  // b.xn) and the last projection adds into b.h itself.
   void attention(DecoderLayer& L, int layer, const ops::KvLayout& kv, const ops::StepView& s,
-                 Buffers& b);
-  void feed_forward(const DecoderLayer& L, int layer, Buffers& b);
+                 Buffers& b, const ops::NormWeight* in_norm);
+  void feed_forward(const DecoderLayer& L, int layer, Buffers& b, const ops::NormWeight* in_norm);
   // The ops of one forward step (launches only: recordable by StepGraphs).
   void run_step(const ops::KvLayout& kv, const ops::StepView& s, std::int64_t R, Buffers& b);
 

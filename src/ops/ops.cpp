@@ -304,7 +304,8 @@ void add_rms_norm(const Exec& e, Act h, Act delta, const NormWeight& w, Act y) {
   rms_norm(e, h, w, y);
 }
 
-void linear(const Exec& e, const LinearWeight& w, Act x, Act y) {
+namespace {
+backend::LinearArgs linear_args(const Exec& e, const LinearWeight& w, Act x, Act y) {
   e.require(w.signature(Op::kLinear, e.act()));
   check_act(x, "linear", "x");
   MLXCEL_CHECK(x.cols == w.in() && y.cols == w.out() && x.rows == y.rows, ErrorCategory::kInternal,
@@ -312,7 +313,32 @@ void linear(const Exec& e, const LinearWeight& w, Act x, Act y) {
                    std::to_string(x.cols) + "] y [" + std::to_string(y.rows) + ", " +
                    std::to_string(y.cols) + "] for a [" + std::to_string(w.out()) + ", " +
                    std::to_string(w.in()) + "] weight");
-  e.backend().linear({x, w.matrix(), w.bias(), y, e.act()});
+  return {x, w.matrix(), w.bias(), y, e.act()};
+}
+}  // namespace
+
+void linear(const Exec& e, const LinearWeight& w, Act x, Act y) {
+  e.backend().linear(linear_args(e, w, x, y));
+}
+
+void norm_linear(const Exec& e, const NormWeight& norm, Act src, Act x, const LinearWeight& w,
+                 Act y) {
+  e.require(sig(Op::kRmsNorm, e.act()));
+  check_act(src, "norm_linear", "src");
+  same_shape(src, x, "norm_linear");
+  MLXCEL_CHECK(norm.dim() == src.cols, ErrorCategory::kInternal, "norm_linear: weight size");
+  backend::LinearArgs a = linear_args(e, w, x, y);
+  a.norm_weight = norm.data();
+  a.norm_eps = norm.eps();
+  a.norm_src = src;
+  e.backend().linear(a);
+}
+
+void linear_add(const Exec& e, const LinearWeight& w, Act x, Act h) {
+  e.require(sig(Op::kAdd, e.act()));
+  backend::LinearArgs a = linear_args(e, w, x, h);
+  a.accumulate = true;
+  e.backend().linear(a);
 }
 
 void rope_kv_append(const Exec& e, Act q, Act k, Act v, int n_heads, int n_kv_heads, int head_dim,
@@ -378,7 +404,7 @@ void gated_activation(const Exec& e, Activation act, Act g, Act u, Act out) {
 
 void moe(const Exec& e, const LinearWeight& router, const LinearWeight& gate,
          const LinearWeight& up, const LinearWeight& down, int top_k, bool norm_topk_prob,
-         Act x, Act gates, std::int32_t* experts, float* weights, Act out) {
+         Act x, Act gates, std::int32_t* experts, float* weights, Act out, bool accumulate) {
   e.require(sig(Op::kMoeRoute, e.act()));
   e.require(gate.signature(Op::kMoeExperts, e.act()));
   MLXCEL_CHECK(top_k > 0 && top_k <= router.out(), ErrorCategory::kInternal, "moe: top_k");
@@ -402,6 +428,7 @@ void moe(const Exec& e, const LinearWeight& router, const LinearWeight& gate,
   a.weights = weights;
   a.out = out;
   a.round = e.act();
+  a.accumulate = accumulate;
   e.backend().moe_experts(a);
 }
 

@@ -155,6 +155,12 @@ void add(const Exec& e, Act a, Act b, Act y);
 // h = h + delta; y = rms_norm(h).
 void add_rms_norm(const Exec& e, Act h, Act delta, const NormWeight& w, Act y);
 void linear(const Exec& e, const LinearWeight& w, Act x, Act y);
+// x = rms_norm(src), then y = x · Wᵀ: exactly rms_norm then linear (x is written), in one
+// backend call that a GPU can run as one kernel at decode.
+void norm_linear(const Exec& e, const NormWeight& norm, Act src, Act x, const LinearWeight& w,
+                 Act y);
+// h = h + x · Wᵀ (the product rounded first): exactly linear into a temporary then add.
+void linear_add(const Exec& e, const LinearWeight& w, Act x, Act h);
 // RoPE on q and k, then K and V appended at each token's slot of the cache. With q_norm and
 // k_norm (qk-norm), each head of q and k is RMS-normalized first, in the same op.
 void rope_kv_append(const Exec& e, Act q, Act k, Act v, int n_heads, int n_kv_heads, int head_dim,
@@ -163,10 +169,12 @@ void rope_kv_append(const Exec& e, Act q, Act k, Act v, int n_heads, int n_kv_he
 void attention(const Exec& e, Act q, int n_heads, const KvLayout& kv, int layer,
                std::int64_t window, float scale, const StepView& step, Act out);
 void gated_activation(const Exec& e, Activation act, Act g, Act u, Act out);
-// Router softmax + top-k (experts / weights are device arrays [T, top_k]), then the experts.
+// Router softmax + top-k (experts / weights are device arrays [T, top_k]), then the experts;
+// accumulate: out += the combined output (the residual add, exactly as moe then add).
 void moe(const Exec& e, const LinearWeight& router, const LinearWeight& gate,
          const LinearWeight& up, const LinearWeight& down, int top_k, bool norm_topk_prob,
-         Act x, Act gates, std::int32_t* experts, float* weights, Act out);
+         Act x, Act gates, std::int32_t* experts, float* weights, Act out,
+         bool accumulate = false);
 void gather_rows(const Exec& e, Act src, const std::int32_t* rows, const std::int32_t* host_rows,
                  std::int64_t n, Act dst);
 // Copies an activation view to host fp32 rows (logits, traces).

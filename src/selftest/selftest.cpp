@@ -66,6 +66,7 @@ class Runner {
 
   void norms();
   void linear();
+  void linear_fusions();
   void gated();
   void sample();
   void models();
@@ -183,6 +184,60 @@ void Runner::linear() {
             return std::pair{normalized_error(run(dut_), oracle()), rounding_steps(act, 3)};
           });
         }
+      }
+    }
+  }
+}
+
+// ops::norm_linear and ops::linear_add against the unfused ops on the same device, bit for bit
+// (a decode step takes the fused forms at 1-2 rows and their twins above: batch invariance),
+// for the formats decode runs most and the GEMV / GEMM row counts.
+void Runner::linear_fusions() {
+  const std::int64_t in = 1536, out = 576;
+  for (DType act : {DType::kBF16, DType::kF16}) {
+    for (bool quantized : {false, true}) {
+      const std::optional<QuantParams> q =
+          quantized ? std::optional<QuantParams>(QuantParams{QuantMode::kAffine, 4, 64})
+                    : std::nullopt;
+      Tensor w = Tensor::from_f32(randn(rng_, in * out, 1.0f / std::sqrt(float(in)), act),
+                                  {out, in}, act);
+      Tensor qw = w, scales, biases;
+      if (q) {
+        auto r = quantize(w, *q);
+        qw = r.weight, scales = r.scales, biases = r.biases;
+      }
+      std::vector<float> nw(static_cast<std::size_t>(in));
+      for (auto& v : nw) v = quant::round_to(act, 1.0f + 0.1f * std::normal_distribution<float>()(rng_));
+      for (std::int64_t rows : {1, 2, 33, 80}) {
+        const std::string sig = dt(act) + (q ? " affine4 g64 " : " dense ") + std::to_string(rows) +
+                                "x" + std::to_string(in) + "->" + std::to_string(out);
+        const auto src = randn(rng_, rows * in, 2.0f, act), res = randn(rng_, rows * out, 1.0f, act);
+        check("linear fusions", sig, [&] {
+          DeviceMem m;
+          ops::Exec e(dut_, act);
+          auto lw = ops::LinearWeight::upload(dut_, "w", qw, scales, biases, q, in, out);
+          const auto norm = ops::NormWeight::upload(dut_, nw, 1e-5f);
+          const std::vector<float> zx(static_cast<std::size_t>(rows * in)),
+              zy(static_cast<std::size_t>(rows * out));
+          Act sa = m.act(dut_, act, src, rows, in);
+          Act x1 = m.act(dut_, act, zx, rows, in), y1 = m.act(dut_, act, zy, rows, out);
+          Act x2 = m.act(dut_, act, zx, rows, in), y2 = m.act(dut_, act, zy, rows, out);
+          ops::norm_linear(e, norm, sa, x1, lw, y1);
+          ops::rms_norm(e, sa, norm, x2);
+          ops::linear(e, lw, x2, y2);
+          Act r1 = m.act(dut_, act, res, rows, out), r2 = m.act(dut_, act, res, rows, out);
+          Act t = m.act(dut_, act, zy, rows, out);
+          ops::linear_add(e, lw, x2, r1);
+          ops::linear(e, lw, x2, t);
+          ops::add(e, r2, t, r2);
+          double differing = 0;
+          for (auto [a, b] : {std::pair{x1, x2}, {y1, y2}, {r1, r2}}) {
+            const auto va = read_act(dut_, a), vb = read_act(dut_, b);
+            for (std::size_t i = 0; i < va.size(); ++i)
+              differing += std::memcmp(&va[i], &vb[i], sizeof(float)) != 0;
+          }
+          return std::pair{differing, 0.0};
+        });
       }
     }
   }
@@ -374,6 +429,7 @@ Report run(Backend& dut, Backend& ref, bool quick) {
                     build_info().backend + ")";
   r.norms();
   r.linear();
+  r.linear_fusions();
   r.gated();
   r.sample();
   r.models();

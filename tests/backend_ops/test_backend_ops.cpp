@@ -733,6 +733,85 @@ TEST(BackendOps, LinearBatchInvariant) {
   }
 }
 
+// backend::LinearArgs' fusions must give exactly what the same backend's unfused ops give, bit
+// for bit: the input norm (x = rms_norm(src), then the product) against rms_norm then linear, and
+// accumulate (y += x · Wᵀ) against linear into a temporary then add. A decode step runs the
+// fused forms at 1-2 rows (qgemv_bulk's norm when MLXCEL_GPU_QGEMV_BULK=1) and their twins for
+// more rows, so this is batch invariance too; and both stay close to the CPU. Widths: the 8B's
+// 4096 (a 1,024-thread norm), 1,024, and 1,536 / 2,560 (odd group counts of 32-wide units).
+TEST(BackendOps, LinearFusions) {
+  DUT_OR_SKIP();
+  std::mt19937 rng(21);
+  const DType act = DType::kBF16;
+  int ran = 0;
+  for (const WeightFormat& f : weight_formats()) {
+    if (!((f.mode == QMode::kAffine && f.bits == 4) || (f.mode == QMode::kNone && f.dtype == act)))
+      continue;
+    const OpSignature sig = weight_sig(Op::kLinear, act, f);
+    if (!gpu.supports(sig)) continue;
+    for (auto [k, n] : {std::pair<std::int64_t, std::int64_t>{4096, 1000}, {1536, 577},
+                        {2560, 96}, {1024, 4096}}) {
+      if (f.group_size && k % f.group_size) continue;
+      HostMatrix h = random_matrix(rng, f, n, k);
+      DeviceMem mg, mc;
+      const Matrix wg = upload_matrix(gpu, mg, h), wc = upload_matrix(cpu, mc, h);
+      const auto nw = randn(rng, static_cast<std::size_t>(k), 1.0f, DType::kF32);
+      const float* nwg = mg.vec(gpu, nw);
+      const float* nwc = mc.vec(cpu, nw);
+      const auto bias = randn(rng, static_cast<std::size_t>(n), 0.5f, DType::kF32);
+      const float* bg = mg.vec(gpu, bias);
+      const float* bc = mc.vec(cpu, bias);
+      for (std::int64_t m : {1, 2, 3, 9, 70}) {
+        std::ostringstream s;
+        s << "linear fusions " << sig.str() << " m " << m << " k " << k << " n " << n;
+        const auto src = randn(rng, static_cast<std::size_t>(m * k), 2.0f, act);
+        const auto res = randn(rng, static_cast<std::size_t>(m * n), 1.0f, act);
+        const std::vector<float> zx(static_cast<std::size_t>(m * k)), zy(static_cast<std::size_t>(m * n));
+        auto fused_norm = [&](Backend& be, DeviceMem& mem, const Matrix& w, const float* nwp) {
+          Act sa = mem.act(be, act, src, m, k), xa = mem.act(be, act, zx, m, k);
+          Act ya = mem.act(be, act, zy, m, n);
+          LinearArgs a(xa, w, nullptr, ya, act);
+          a.norm_weight = nwp;
+          a.norm_eps = 1e-6f;
+          a.norm_src = sa;
+          be.linear(a);
+          return std::pair{read_act(be, xa), read_act(be, ya)};
+        };
+        auto accumulate = [&](Backend& be, DeviceMem& mem, const Matrix& w, const float* b) {
+          Act xa = mem.act(be, act, src, m, k), ra = mem.act(be, act, res, m, n);
+          LinearArgs a(xa, w, b, ra, act);
+          a.accumulate = true;
+          be.linear(a);
+          return read_act(be, ra);
+        };
+        const auto [xf, yf] = fused_norm(gpu, mg, wg, nwg);
+        {  // the GPU's unfused twin
+          Act sa = mg.act(gpu, act, src, m, k), xa = mg.act(gpu, act, zx, m, k);
+          Act ya = mg.act(gpu, act, zy, m, n);
+          gpu.rms_norm({sa, nwg, 1e-6f, xa, act, 1});
+          gpu.linear({xa, wg, nullptr, ya, act});
+          EXPECT_EQ(xf, read_act(gpu, xa)) << s.str() << ": the fused norm's x differs";
+          EXPECT_EQ(yf, read_act(gpu, ya)) << s.str() << ": the fused norm's product differs";
+        }
+        const auto rf = accumulate(gpu, mg, wg, bg);
+        {
+          Act xa = mg.act(gpu, act, src, m, k), ra = mg.act(gpu, act, res, m, n);
+          Act ta = mg.act(gpu, act, zy, m, n);
+          gpu.linear({xa, wg, bg, ta, act});
+          gpu.add({ra, ta, ra, act});
+          EXPECT_EQ(rf, read_act(gpu, ra)) << s.str() << ": the accumulated product differs";
+        }
+        const auto [xc, yc] = fused_norm(cpu, mc, wc, nwc);
+        EXPECT_CLOSE(s.str() + " norm x", xf, xc, rounding_steps(act, 2));
+        EXPECT_CLOSE(s.str() + " norm y", yf, yc, rounding_steps(act, 4));
+        EXPECT_CLOSE(s.str() + " accumulate", rf, accumulate(cpu, mc, wc, bc), rounding_steps(act, 2));
+        ++ran;
+      }
+    }
+  }
+  EXPECT_GT(ran, 0);
+}
+
 // --- MoE ---------------------------------------------------------------------------------------
 
 TEST(BackendOps, MoeRoute) {
@@ -841,7 +920,17 @@ TEST(BackendOps, MoeExperts) {
         cpu.moe_experts(ac);
         std::ostringstream s;
         s << "moe_experts " << sig.str() << " T " << T << " E " << E << " top_k " << K;
-        EXPECT_CLOSE(s.str(), read_act(gpu, ag.out), read_act(cpu, ac.out), rounding_steps(act, 4));
+        const auto moe_out = read_act(gpu, ag.out);
+        EXPECT_CLOSE(s.str(), moe_out, read_act(cpu, ac.out), rounding_steps(act, 4));
+        if (T <= 33) {  // accumulate: out = round(out + the combine), exactly as moe then add
+          const auto res = randn(rng, x.size(), 1.0f, act);
+          ag.out = mg.act(gpu, act, res, T, H);
+          ag.accumulate = true;
+          gpu.moe_experts(ag);
+          Act sum = mg.act(gpu, act, res, T, H), part = mg.act(gpu, act, moe_out, T, H);
+          gpu.add({sum, part, sum, act});
+          EXPECT_EQ(read_act(gpu, ag.out), read_act(gpu, sum)) << s.str() << " accumulating";
+        }
       }
     }
   }

@@ -229,6 +229,20 @@ void CpuBackend::add_rms_norm(const AddRmsNormArgs& a) {
 }
 
 void CpuBackend::linear(const LinearArgs& a) {
+  if (a.norm_weight) {  // the fused input norm: rms_norm, then the plain linear
+    rms_norm({a.norm_src, a.norm_weight, a.norm_eps, a.x, a.round, 1});
+    LinearArgs rest = a;
+    rest.norm_weight = nullptr;
+    return linear(rest);
+  }
+  if (a.accumulate) {  // y += the rounded product: linear into a temporary, then add
+    std::vector<float> prod(static_cast<std::size_t>(a.y.rows * a.y.cols));
+    LinearArgs rest = a;
+    rest.accumulate = false;
+    rest.y = Act{prod.data(), a.y.dtype, a.y.rows, a.y.cols, a.y.cols};
+    linear(rest);
+    return add({a.y, rest.y, a.y, a.round});
+  }
   const std::int64_t m = a.x.rows, n = a.w.n;
   if (m <= 0 || n == 0) return;
   MLXCEL_CHECK(contiguous(a.x) && contiguous(a.y) && a.x.cols == a.w.k && a.y.cols == n,
@@ -427,7 +441,7 @@ void CpuBackend::moe_experts(const MoeExpertsArgs& a) {
       float acc = 0.0f;
       for (int j = 0; j < K; ++j)
         acc = acc + round_to(t_act, ys[(tok * K + j) * H + d] * a.weights[tok * K + j]);
-      o[d] = round_to(t_act, acc);
+      o[d] = a.accumulate ? round_to(t_act, o[d] + round_to(t_act, acc)) : round_to(t_act, acc);
     }
   }
 }

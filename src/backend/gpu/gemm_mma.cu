@@ -104,12 +104,11 @@ __device__ __forceinline__ void stage_slice(Tiles<T>& sm, const LinParams& p, st
     *reinterpret_cast<uint4*>(&sm.w[col][half * 32 + j * 8]) = pack8<T>(v + j * 8);
 }
 
-// y[m, n] = round(acc + bias[n]) where (m, n) is inside the matrix.
+// y[m, n] = round(acc + bias[n]) (or accumulated: store_lin) where (m, n) is inside the matrix.
 template <typename T>
 __device__ __forceinline__ void store_out(const LinParams& p, std::int64_t m, std::int64_t n,
                                           float acc) {
-  if (m < p.m && n < p.w.n)
-    store(static_cast<T*>(p.y), m * p.y_stride + n, acc + (p.bias ? p.bias[n] : 0.0f), p.round);
+  if (m < p.m && n < p.w.n) store_lin<T>(p, m * p.y_stride + n, n, acc);
 }
 
 #if defined(MLXCEL_GPU_CUDA)

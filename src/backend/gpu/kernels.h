@@ -44,6 +44,10 @@ struct ExpertLinear {
   const float* bias = nullptr;
   backend::Act y;
   DType round = DType::kF32;
+  bool accumulate = false;  // backend::LinearArgs' fusions
+  const float* norm_weight = nullptr;
+  float norm_eps = 1e-5f;
+  backend::Act norm_src;
 };
 void linear_experts(const ExpertLinear& a, const Stream& s);  // linear.cu
 

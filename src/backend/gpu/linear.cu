@@ -60,13 +60,11 @@ __global__ void gemv_kernel(LinParams p) {
       }
     }
   }
-  const float b = p.bias ? p.bias[n] : 0.0f;
-  T* y = static_cast<T*>(p.y);
 #pragma unroll
   for (int i = 0; i < kGemvRows; ++i) {
     if (i < mc) {
       const float s = warp_sum(acc[i]);
-      if (lane == 0) store(y, (m0 + i) * p.y_stride + n, s + b, p.round);
+      if (lane == 0) store_lin<T>(p, (m0 + i) * p.y_stride + n, n, s);
     }
   }
 }
@@ -315,8 +313,7 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
     if (r >= mc || n >= p.w.n) continue;
     float s = red[g * ks][r][c];
     for (int w = 1; w < ks; ++w) s += red[g * ks + w][r][c];
-    store(static_cast<T*>(p.y), (m0 + r) * p.y_stride + n, s + (p.bias ? p.bias[n] : 0.0f),
-          p.round);
+    store_lin<T>(p, (m0 + r) * p.y_stride + n, n, s);
   }
 }
 
@@ -392,7 +389,6 @@ __global__ void gemm_kernel(LinParams p) {
     }
     __syncthreads();
   }
-  T* y = static_cast<T*>(p.y);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const std::int64_t m = mb + tm * 4 + i;
@@ -400,7 +396,7 @@ __global__ void gemm_kernel(LinParams p) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const std::int64_t n = nb + tn + 16 * j;
-      if (n < p.w.n) store(y, m * p.y_stride + n, acc[i][j] + (p.bias ? p.bias[n] : 0.0f), p.round);
+      if (n < p.w.n) store_lin<T>(p, m * p.y_stride + n, n, acc[i][j]);
     }
   }
 }
@@ -520,10 +516,28 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   p.y_stride = a.y.stride;
   p.m = rows;
   p.round = round_code(a.round);
+  p.accumulate = a.accumulate;
   // Quantized formats: the GEMV up to kQgemvMaxRows rows (launch decides); dense: up to kGemvRows.
   const bool gemm = !a.experts && rows > kGemvRows;
   dispatch_act(a.x.dtype, "linear", [&](auto tag) {
     using T = decltype(tag);
+    if (a.norm_weight) {
+      // The input norm inside the decode GEMV where qgemv_bulk takes the matrix (1-2 rows,
+      // affine 4-bit), else its own kernel first: the same bits either way.
+      MLXCEL_CHECK(!a.experts && a.x_div == 1 && a.norm_src.rows == rows &&
+                       a.norm_src.cols == m.k && a.norm_src.dtype == a.x.dtype,
+                   ErrorCategory::kInternal, "gpu linear: norm source shape");
+      LinParams q = p;
+      q.norm_src = a.norm_src.data;
+      q.norm_stride = a.norm_src.stride;
+      q.norm_w = a.norm_weight;
+      q.norm_eps = a.norm_eps;
+      static const bool fuse = env_int("MLXCEL_GPU_FUSED_NORM", 1) != 0;  // a measuring knob
+      if (fuse && fmt == kAffine4 && rows <= 2 && qgemv_enabled() &&
+          qgemv_aligned<T, kAffine4>(q) && qgemv_mma<T>(q, s))
+        return;
+      rms_norm({a.norm_src, a.norm_weight, a.norm_eps, a.x, a.round, 1}, s);
+    }
     launch_fmt<T>(fmt, p, gemm, s);
   });
   check_launch("linear", s.device());
@@ -536,6 +550,10 @@ void linear(const backend::LinearArgs& a, const Stream& s) {
   e.bias = a.bias;
   e.y = a.y;
   e.round = a.round;
+  e.accumulate = a.accumulate;
+  e.norm_weight = a.norm_weight;
+  e.norm_eps = a.norm_eps;
+  e.norm_src = a.norm_src;
   linear_experts(e, s);
 }
 

@@ -18,7 +18,26 @@ struct LinParams {
   std::int64_t y_stride = 0, m = 0;
   std::int64_t row_block0 = 0;  // GEMV: the first row block of this launch (grid.y <= 65,535)
   int round = 0;
+  bool accumulate = false;  // y = round(y + round(x · Wᵀ + bias)) (backend::LinearArgs)
+  // The input norm fused into the GEMV (qgemv_bulk only; linear.cu runs rms_norm first for every
+  // other kernel): x = rms_norm(norm_src) with norm_w, written to x by the kernel.
+  const void* norm_src = nullptr;
+  std::int64_t norm_stride = 0;
+  const float* norm_w = nullptr;
+  float norm_eps = 0.0f;
 };
+
+// Output (row-major index i, column n) = round(v + bias[n]); accumulating, y[i] = round(y[i] +
+// that), as the unfused add would: each element is read and written by the one thread that
+// computes it, so y may be the residual stream itself.
+template <typename T>
+__device__ __forceinline__ void store_lin(const LinParams& p, std::int64_t i, std::int64_t n,
+                                          float v) {
+  T* y = static_cast<T*>(p.y);
+  float r = rnd(v + (p.bias ? p.bias[n] : 0.0f), p.round);
+  if (p.accumulate) r = to_f32(y[i]) + r;
+  store(y, i, r, p.round);
+}
 
 // Weight pointers of the matrix row m uses (its expert's, for expert-indexed rows).
 struct WPtrs {

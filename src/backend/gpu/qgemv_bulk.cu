@@ -17,6 +17,11 @@
 // block instead of once per tile), so a row's result is bit-identical to the gpl kernel's, which
 // serves more rows: batch invariance holds across the two.
 //
+// Fusions (backend::LinearArgs): the output may accumulate into y (the residual add, in
+// store_lin), and the input norm may run in the prologue (fused_norm): every block normalizes
+// the 1-2 activation rows itself, as rms_norm.cu would, while its first stages are in flight,
+// so a dense decoder layer needs no separate norm or add launch.
+//
 // Shared memory (dynamic, one block per SM): per warp kStages slots of [16 rows x 256 code bytes
 // (+16 pad)][16 rows of scales][16 rows of biases]; the block's activation rows, each group's 8
 // x words pre-permuted into the mma's B order (+1 pad unit per group); e per (row, group).
@@ -26,6 +31,8 @@
 
 #include "backend/gpu/mma.cuh"
 #include "backend/gpu/qgemv_mma.cuh"
+#include "backend/gpu/reduce.cuh"
+#include "backend/gpu/rms_norm.cuh"
 
 #if defined(MLXCEL_GPU_CUDA)
 namespace mlxcel::gpu::qmma {
@@ -89,6 +96,56 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, std::uint3
 // Orders this thread's earlier shared-memory reads before later bulk copies into the same slot.
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The fused input norm (p.norm_w set): x = rms_norm(norm_src) for the block's rows with the
+// reduction order of rms_norm.cu's kernel (rms_norm.cuh: norm_threads(cols) threads, emulated
+// here by each thread standing in for norm_threads / kBulkThreads of them, same lanes and
+// warp order), so the values are the unfused norm's bits. Every block normalizes the rows
+// (a few KB from L2) into xs, permuted as the plain path below; block 0 also writes them to x.
+template <typename T, int GW, int GK>
+__device__ void fused_norm(const LinParams& p, int mc, uint4* xs, int x_units, float* partial) {
+  const std::int64_t cols = p.w.k;
+  const int nb = norm_threads(cols), per = nb / kBulkThreads;  // emulated threads per thread
+  const int lane = threadIdx.x % MLXCEL_WARP_SIZE, warp = threadIdx.x / MLXCEL_WARP_SIZE;
+  for (int r = 0; r < 2; ++r) {
+    if (r >= mc) {
+      for (int u = threadIdx.x; u < x_units; u += kBulkThreads) xs[r * x_units + u] = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    const T* src = static_cast<const T*>(p.norm_src) + r * p.norm_stride;
+    for (int j = 0; j < 4 && j < per; ++j) {
+      const int v = static_cast<int>(threadIdx.x) + j * kBulkThreads;  // the emulated thread
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kNormHeld; ++i) {
+        const std::int64_t c = v + static_cast<std::int64_t>(i) * nb;
+        const float e = c < cols ? to_f32(src[c]) : 0.0f;
+        ss = fmaf(e, e, ss);
+      }
+      for (std::int64_t c = v + static_cast<std::int64_t>(kNormHeld) * nb; c < cols; c += nb) {
+        const float e = to_f32(src[c]);
+        ss = fmaf(e, e, ss);
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) partial[warp + j * kWarps] = ss;  // emulated warp v / 32
+    }
+    __syncthreads();
+    float total = 0.0f;
+    for (int i = 0; i < nb / MLXCEL_WARP_SIZE; ++i) total += partial[i];
+    const float inv = 1.0f / sqrtf(total / static_cast<float>(cols) + p.norm_eps);
+    // LinParams::x is the GEMV's input (const there); here the kernel produces it.
+    T* xr = static_cast<T*>(const_cast<void*>(p.x)) + r * p.x_stride;
+    for (std::int64_t c = threadIdx.x; c < cols; c += kBulkThreads) {
+      const T y = from_f32<T>(rnd(rnd(to_f32(src[c]) * inv, p.round) * p.norm_w[c], p.round));
+      if (blockIdx.x == 0) xr[c] = y;
+      // Element e of a group's 8-element unit w sits at slot 2 (e % 4) + e / 4 once permuted
+      // into (b0, b1, b0', b1'): the layout the plain path builds with __byte_perm.
+      const int o = static_cast<int>(c % GK), w = o / 8, e = o % 8;
+      reinterpret_cast<T*>(&xs[r * x_units + (c / GK) * (GW + 1) + w])[2 * (e % 4) + e / 4] = y;
+    }
+    __syncthreads();  // `partial` is reused by the next row
+  }
 }
 
 struct BulkParams {
@@ -172,7 +229,8 @@ __global__ void __launch_bounds__(kBulkThreads, 1) qgemv_bulk_kernel(BulkParams 
 
   // The activation rows into shared memory, each 16-byte unit (8 x of one group) permuted into
   // the mma's B registers for h = 0 and h = 1: (b0, b1, b0', b1'). Rows past m are zero.
-  const std::int64_t row_units = G * GW;
+  const std::int64_t row_units = p.norm_w ? 0 : G * GW;
+  if (p.norm_w) fused_norm<T, GW, GK>(p, mc, xs, bp.x_units, red);
   for (std::int64_t u = threadIdx.x; u < 2 * row_units; u += kBulkThreads) {
     const int r = static_cast<int>(u / row_units);
     const std::int64_t grp = (u % row_units) / GW;
@@ -302,8 +360,7 @@ __global__ void __launch_bounds__(kBulkThreads, 1) qgemv_bulk_kernel(BulkParams 
         const int row = t / 2;
         const std::int64_t n = n0 + g + 8 * r2;
         if (row < mc && n <= n_last)
-          store(static_cast<T*>(p.y), row * p.y_stride + n, v + (p.bias ? p.bias[n] : 0.0f),
-                p.round);
+          store_lin<T>(p, row * p.y_stride + n, n, v);
       }
     }
     __syncthreads();
@@ -389,7 +446,8 @@ bool qgemv_bulk(const MmaParams& mp, const Stream& s) {
   // Whole chunks only, 16-byte aligned scale rows, and 16-byte aligned operands for the copies.
   if ((gs != 32 && gs != 64) || G % 4 != 0 || (G * sb) % 16 != 0 || !p.w.biases ||
       !aligned16(p.w.w) || !aligned16(p.w.scales) || !aligned16(p.w.biases) || !aligned16(p.x) ||
-      (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 != 0)
+      (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 != 0 ||
+      (p.norm_w && (p.x_div != 1 || !p.norm_src)))
     return false;
   return gs == 32 ? launch_bulk<T, 1>(mp, s) : launch_bulk<T, 2>(mp, s);
 }

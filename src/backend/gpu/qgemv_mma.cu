@@ -162,8 +162,7 @@ struct LaneWork {
       const int row = 2 * t + (i & 1);
       const std::int64_t n = n0 + g + 8 * (i >> 1);
       if (row < mc && n <= n_last)
-        store(static_cast<T*>(p.y), (m0 + row) * p.y_stride + n, s + (p.bias ? p.bias[n] : 0.0f),
-              p.round);
+        store_lin<T>(p, (m0 + row) * p.y_stride + n, n, s);
     }
   }
 };
@@ -351,8 +350,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
       const int row = 2 * q + t / 2;
       const std::int64_t n = n0 + g + 8 * r2;
       if (row < mc && n <= n_last)
-        store(static_cast<T*>(p.y), (m0 + row) * p.y_stride + n, v + (p.bias ? p.bias[n] : 0.0f),
-              p.round);
+        store_lin<T>(p, (m0 + row) * p.y_stride + n, n, v);
     }
 }
 
@@ -408,6 +406,8 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
     mp.ks = choose_ks(tiles, mp.groups);
     if (one_group_per_lane)
       while (mp.ks > (mp.groups + 3) / 4) mp.ks /= 2;  // at most one warp per 4-group chunk
+    // A fused input norm: only the bulk kernel runs it (false: the caller runs the norm first).
+    if (p.norm_w) return one_group_per_lane && !p.experts && p.m <= 2 && qgemv_bulk<T>(mp, s);
     const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
     if (one_group_per_lane) {
       // Column sets per block: 1 at 1-2 rows (and expert-indexed rows), else 2. Each row's

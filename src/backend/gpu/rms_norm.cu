@@ -7,6 +7,7 @@
 #include "backend/gpu/compat.h"
 #include "backend/gpu/kernels.h"
 #include "backend/gpu/reduce.cuh"
+#include "backend/gpu/rms_norm.cuh"
 #include "backend/gpu/rms_norm.h"
 
 namespace mlxcel::gpu {
@@ -120,13 +121,14 @@ namespace {
 // A thread keeps its first kHeld elements of the row in registers between the sum of squares and
 // the scaling (loaded unconditionally from a clamped index, so all are in flight at once); rows
 // longer than kHeld * B continue in a loop. The rolled loops these replace waited one memory round
-// trip per element: 15 us for one 4096-wide row on the H200 (run 16).
-constexpr int kHeld = 8;
+// trip per element: 15 us for one 4096-wide row on the H200 (run 16). The summation order is
+// rms_norm.cuh's (qgemv_bulk's fused norm reproduces it).
+constexpr int kHeld = kNormHeld;
 
-// Threads per row: 256 up to 2048 columns, else 1024 (a 4096-wide row in 4 loads per thread).
+// Threads per row: norm_threads(cols).
 template <typename F>
 void with_block(std::int64_t cols, F&& f) {
-  if (cols <= 2048) {
+  if (norm_threads(cols) == 256) {
     f(std::integral_constant<int, 256>{});
   } else {
     f(std::integral_constant<int, 1024>{});
@@ -149,11 +151,11 @@ __global__ void __launch_bounds__(B) rms_norm_act_kernel(const T* x, std::int64_
     const float e = to_f32(xr[c < hd ? c : hd - 1]);
     wv[i] = w[c < hd ? c : hd - 1];  // in flight with x, not after the reduction
     v[i] = c < hd ? e : 0.0f;
-    ss += v[i] * v[i];
+    ss = fmaf(v[i], v[i], ss);
   }
   for (std::int64_t c = threadIdx.x + static_cast<std::int64_t>(kHeld) * B; c < hd; c += B) {
     const float e = to_f32(xr[c]);
-    ss += e * e;
+    ss = fmaf(e, e, ss);
   }
   ss = block_sum<B>(ss);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + eps);
@@ -187,13 +189,13 @@ __global__ void __launch_bounds__(B)
     const T sum = from_f32<T>(rnd(to_f32(hr[cc]) + to_f32(dr[cc]), round));
     v[i] = c < cols ? to_f32(sum) : 0.0f;
     if (c < cols) hr[c] = sum;
-    ss += v[i] * v[i];
+    ss = fmaf(v[i], v[i], ss);
   }
   for (std::int64_t c = threadIdx.x + static_cast<std::int64_t>(kHeld) * B; c < cols; c += B) {
     const T sum = from_f32<T>(rnd(to_f32(hr[c]) + to_f32(dr[c]), round));
     hr[c] = sum;
     const float e = to_f32(sum);
-    ss += e * e;
+    ss = fmaf(e, e, ss);
   }
   ss = block_sum<B>(ss);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(cols) + eps);
