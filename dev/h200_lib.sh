@@ -7,6 +7,8 @@
 #   synth_all                         affine4 g64 checkpoints of the three benchmark shapes
 #   b TAG BINARY MODEL BATCH REPEAT [ENV...]   one `mlxcel bench` pp512/tg128 into $CSV
 #   prof TAG BINARY MODEL BATCH [ENV...]       per-op device time (MLXCEL_GPU_PROFILE=1)
+#   ncu_step TAG MODEL BATCH [ENV...]          every kernel of a short bench under ncu (clock and
+#                                     cache control off), one decode step's times summarized
 set -u
 OUT=${OUT:-$PWD/out}
 R=$OUT/r
@@ -62,4 +64,13 @@ ncu_k() {
     2> "$R/sass-$tag.err"
   python3 dev/ncu_top_sass.py 16 < "$R/sass-$tag.csv" 2>&1 | head -20 | tee -a "$R/ncu-$tag-summary.txt" 
   rm -f "$R/ncu-$tag.ncu-rep"
+}
+ncu_step() {
+  local tag=$1 model=$2 batch=$3
+  shift 3
+  env "$@" timeout 200 ncu --clock-control none --cache-control none \
+    --metrics gpu__time_duration.sum --csv .gpu/mlxcel bench -m "$S/$model" -p 64 -g 2 -r 1 \
+    --batch "$batch" --device gpu > "$R/ncu-step-$tag.csv" 2> "$R/ncu-step-$tag.err"
+  log "ncu step $tag rc=$?"
+  python3 dev/ncu_step_times.py < "$R/ncu-step-$tag.csv" 2>&1 | tee "$R/step-times-$tag.txt" | head -16
 }

@@ -179,19 +179,26 @@ void Decoder::feed_forward(const DecoderLayer& L, int layer, Buffers& b,
   const ops::Exec& e = exec_;
   if (L.moe) {
     const Moe& m = *L.moe;
-    if (in_norm) {  // the router and the experts both read b.xn
-      ops::rms_norm(e, b.h, *in_norm, b.xn);
-      e.emit("ffn_norm", layer, b.xn);
-    }
-    // Fused: the combine adds into b.h itself.
+    // Fused: the norm runs in the router's projection (the experts read the b.xn it writes)
+    // and the combine adds into b.h itself.
+    ops::MoeFusion f;
+    if (in_norm) f = {true, in_norm, b.h};
     ops::moe(e, m.router, m.gate, m.up, m.down, m.top_k, m.norm_topk_prob, b.xn,
-             b.gates.sub(0, m.num_experts), b.experts, b.expert_weights, in_norm ? b.h : b.tmp,
-             in_norm != nullptr);
+             b.gates.sub(0, m.num_experts), b.experts, b.expert_weights, in_norm ? b.h : b.tmp, f);
+    if (in_norm) e.emit("ffn_norm", layer, b.xn);
     return;
   }
   const std::int64_t I = L.down.in();
   ops::Act g = b.g.sub(0, I), u = b.u.sub(0, I), act = b.act.sub(0, I);
   g.stride = u.stride = act.stride = I;
+  if (in_norm && L.gate_up.defined()) {  // fused: norm, gate_up and the activation in one call
+    ops::Act gu = b.gu.sub(0, 2 * I);
+    gu.stride = 2 * I;
+    const ops::GatedOut gated{style.activation, act};
+    ops::norm_linear(e, *in_norm, b.h, b.xn, L.gate_up, gu, &gated);
+    ops::linear_add(e, L.down, act, b.h);  // h += down
+    return;
+  }
   // The first projection normalizes b.h into b.xn when fused.
   auto project = [&](const ops::LinearWeight& w, ops::Act y) {
     if (in_norm) {

@@ -322,7 +322,7 @@ void linear(const Exec& e, const LinearWeight& w, Act x, Act y) {
 }
 
 void norm_linear(const Exec& e, const NormWeight& norm, Act src, Act x, const LinearWeight& w,
-                 Act y) {
+                 Act y, const GatedOut* gated) {
   e.require(sig(Op::kRmsNorm, e.act()));
   check_act(src, "norm_linear", "src");
   same_shape(src, x, "norm_linear");
@@ -331,6 +331,14 @@ void norm_linear(const Exec& e, const NormWeight& norm, Act src, Act x, const Li
   a.norm_weight = norm.data();
   a.norm_eps = norm.eps();
   a.norm_src = src;
+  if (gated) {
+    e.require(sig(Op::kGatedActivation, e.act()));
+    MLXCEL_CHECK(y.cols % 2 == 0 && gated->out.rows == y.rows && gated->out.cols == y.cols / 2,
+                 ErrorCategory::kInternal, "norm_linear: gated output shape");
+    a.gated = true;
+    a.gated_act = gated->act;
+    a.gated_out = gated->out;
+  }
   e.backend().linear(a);
 }
 
@@ -404,11 +412,15 @@ void gated_activation(const Exec& e, Activation act, Act g, Act u, Act out) {
 
 void moe(const Exec& e, const LinearWeight& router, const LinearWeight& gate,
          const LinearWeight& up, const LinearWeight& down, int top_k, bool norm_topk_prob,
-         Act x, Act gates, std::int32_t* experts, float* weights, Act out, bool accumulate) {
+         Act x, Act gates, std::int32_t* experts, float* weights, Act out,
+         const MoeFusion& fusion) {
   e.require(sig(Op::kMoeRoute, e.act()));
   e.require(gate.signature(Op::kMoeExperts, e.act()));
   MLXCEL_CHECK(top_k > 0 && top_k <= router.out(), ErrorCategory::kInternal, "moe: top_k");
-  linear(e, router, x, gates);
+  if (fusion.norm)
+    norm_linear(e, *fusion.norm, fusion.norm_src, x, router, gates);
+  else
+    linear(e, router, x, gates);
   backend::MoeRouteArgs r;
   r.gates = gates;
   r.top_k = top_k;
@@ -428,7 +440,7 @@ void moe(const Exec& e, const LinearWeight& router, const LinearWeight& gate,
   a.weights = weights;
   a.out = out;
   a.round = e.act();
-  a.accumulate = accumulate;
+  a.accumulate = fusion.accumulate;
   e.backend().moe_experts(a);
 }
 

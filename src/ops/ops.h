@@ -156,9 +156,15 @@ void add(const Exec& e, Act a, Act b, Act y);
 void add_rms_norm(const Exec& e, Act h, Act delta, const NormWeight& w, Act y);
 void linear(const Exec& e, const LinearWeight& w, Act x, Act y);
 // x = rms_norm(src), then y = x · Wᵀ: exactly rms_norm then linear (x is written), in one
-// backend call that a GPU can run as one kernel at decode.
+// backend call that a GPU can run as one kernel at decode. With `gated` (W the fused [gate; up]):
+// gated->out = act(y's first half) * y's second half, exactly gated_activation after the linear;
+// y is scratch then.
+struct GatedOut {
+  Activation act = Activation::kSilu;
+  Act out;
+};
 void norm_linear(const Exec& e, const NormWeight& norm, Act src, Act x, const LinearWeight& w,
-                 Act y);
+                 Act y, const GatedOut* gated = nullptr);
 // h = h + x · Wᵀ (the product rounded first): exactly linear into a temporary then add.
 void linear_add(const Exec& e, const LinearWeight& w, Act x, Act h);
 // RoPE on q and k, then K and V appended at each token's slot of the cache. With q_norm and
@@ -170,11 +176,17 @@ void attention(const Exec& e, Act q, int n_heads, const KvLayout& kv, int layer,
                std::int64_t window, float scale, const StepView& step, Act out);
 void gated_activation(const Exec& e, Activation act, Act g, Act u, Act out);
 // Router softmax + top-k (experts / weights are device arrays [T, top_k]), then the experts;
-// accumulate: out += the combined output (the residual add, exactly as moe then add).
+// accumulate: out += the combined output (the residual add, exactly as moe then add). With
+// `norm`, x = rms_norm(norm_src) first, inside the router's projection (norm_linear).
+struct MoeFusion {
+  bool accumulate = false;
+  const NormWeight* norm = nullptr;
+  Act norm_src;
+};
 void moe(const Exec& e, const LinearWeight& router, const LinearWeight& gate,
          const LinearWeight& up, const LinearWeight& down, int top_k, bool norm_topk_prob,
          Act x, Act gates, std::int32_t* experts, float* weights, Act out,
-         bool accumulate = false);
+         const MoeFusion& fusion = {});
 void gather_rows(const Exec& e, Act src, const std::int32_t* rows, const std::int32_t* host_rows,
                  std::int64_t n, Act dst);
 // Copies an activation view to host fp32 rows (logits, traces).

@@ -230,8 +230,16 @@ void Runner::linear_fusions() {
           ops::linear_add(e, lw, x2, r1);
           ops::linear(e, lw, x2, t);
           ops::add(e, r2, t, r2);
+          // W as [gate; up]: norm, product and SwiGLU in one call against gated_activation.
+          const std::vector<float> zh(static_cast<std::size_t>(rows * out / 2));
+          Act g1 = m.act(dut_, act, zh, rows, out / 2), g2 = m.act(dut_, act, zh, rows, out / 2);
+          Act x3 = m.act(dut_, act, zx, rows, in), y3 = m.act(dut_, act, zy, rows, out);
+          const ops::GatedOut gated{backend::Activation::kSilu, g1};
+          ops::norm_linear(e, norm, sa, x3, lw, y3, &gated);
+          ops::gated_activation(e, backend::Activation::kSilu, y2.sub(0, out / 2),
+                                y2.sub(out / 2, out / 2), g2);
           double differing = 0;
-          for (auto [a, b] : {std::pair{x1, x2}, {y1, y2}, {r1, r2}}) {
+          for (auto [a, b] : {std::pair{x1, x2}, {y1, y2}, {r1, r2}, {x3, x2}, {g1, g2}}) {
             const auto va = read_act(dut_, a), vb = read_act(dut_, b);
             for (std::size_t i = 0; i < va.size(); ++i)
               differing += std::memcmp(&va[i], &vb[i], sizeof(float)) != 0;

@@ -739,6 +739,8 @@ TEST(BackendOps, LinearBatchInvariant) {
 // fused forms at 1-2 rows (qgemv_bulk's norm when MLXCEL_GPU_QGEMV_BULK=1) and their twins for
 // more rows, so this is batch invariance too; and both stay close to the CPU. Widths: the 8B's
 // 4096 (a 1,024-thread norm), 1,024, and 1,536 / 2,560 (odd group counts of 32-wide units).
+// Even n also runs the gated form (W as [gate; up], out = silu(g) * u) against linear then
+// gated_activation.
 TEST(BackendOps, LinearFusions) {
   DUT_OR_SKIP();
   std::mt19937 rng(21);
@@ -804,6 +806,27 @@ TEST(BackendOps, LinearFusions) {
         const auto [xc, yc] = fused_norm(cpu, mc, wc, nwc);
         EXPECT_CLOSE(s.str() + " norm x", xf, xc, rounding_steps(act, 2));
         EXPECT_CLOSE(s.str() + " norm y", yf, yc, rounding_steps(act, 4));
+        if (n % 2 == 0) {  // W as [gate; up]: the norm, the product and SwiGLU in one call
+          const std::int64_t half = n / 2;
+          const std::vector<float> zh(static_cast<std::size_t>(m * half));
+          auto gated = [&](Backend& be, DeviceMem& mem, const Matrix& w, const float* nwp) {
+            Act sa = mem.act(be, act, src, m, k), xa = mem.act(be, act, zx, m, k);
+            Act ya = mem.act(be, act, zy, m, n), oa = mem.act(be, act, zh, m, half);
+            LinearArgs a(xa, w, nullptr, ya, act);
+            a.norm_weight = nwp;
+            a.norm_eps = 1e-6f;
+            a.norm_src = sa;
+            a.gated = true;
+            a.gated_out = oa;
+            be.linear(a);
+            return read_act(be, oa);
+          };
+          const auto of = gated(gpu, mg, wg, nwg);
+          Act ya = mg.act(gpu, act, yf, m, n), oa = mg.act(gpu, act, zh, m, half);
+          gpu.gated_activation({Activation::kSilu, ya.sub(0, half), ya.sub(half, half), oa, act});
+          EXPECT_EQ(of, read_act(gpu, oa)) << s.str() << ": the fused gated output differs";
+          EXPECT_CLOSE(s.str() + " gated", of, gated(cpu, mc, wc, nwc), rounding_steps(act, 6));
+        }
         EXPECT_CLOSE(s.str() + " accumulate", rf, accumulate(cpu, mc, wc, bc), rounding_steps(act, 2));
         ++ran;
       }

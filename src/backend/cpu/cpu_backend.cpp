@@ -235,6 +235,13 @@ void CpuBackend::linear(const LinearArgs& a) {
     rest.norm_weight = nullptr;
     return linear(rest);
   }
+  if (a.gated) {  // the product into y, then the gated activation of its halves
+    LinearArgs rest = a;
+    rest.gated = false;
+    linear(rest);
+    const std::int64_t half = a.y.cols / 2;
+    return gated_activation({a.gated_act, a.y.sub(0, half), a.y.sub(half, half), a.gated_out, a.round});
+  }
   if (a.accumulate) {  // y += the rounded product: linear into a temporary, then add
     std::vector<float> prod(static_cast<std::size_t>(a.y.rows * a.y.cols));
     LinearArgs rest = a;

@@ -1,5 +1,6 @@
 // Elementwise ops over strided activation rows: add and the gated activations (SwiGLU, GeGLU),
 // each rounding as the CPU backend does. Same source for CUDA and HIP.
+#include "backend/gpu/activation.cuh"
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
 
@@ -21,14 +22,6 @@ __global__ void add_kernel(const T* a, const T* b, T* y, Rows r, int round) {
     store(y, row * r.y_stride + c,
           to_f32(a[row * r.a_stride + c]) + to_f32(b[row * r.b_stride + c]), round);
   }
-}
-
-__device__ __forceinline__ float activate(int act, float x) {
-  if (act == static_cast<int>(backend::Activation::kGeluApprox)) {
-    constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi), as nn.gelu_approx
-    return 0.5f * x * (1.0f + tanhf(kC * (x + 0.044715f * x * x * x)));
-  }
-  return x / (1.0f + expf(-x));
 }
 
 template <typename T>

@@ -48,6 +48,9 @@ struct ExpertLinear {
   const float* norm_weight = nullptr;
   float norm_eps = 1e-5f;
   backend::Act norm_src;
+  bool gated = false;
+  backend::Activation gated_act = backend::Activation::kSilu;
+  backend::Act gated_out;
 };
 void linear_experts(const ExpertLinear& a, const Stream& s);  // linear.cu
 

@@ -25,6 +25,11 @@ struct LinParams {
   std::int64_t norm_stride = 0;
   const float* norm_w = nullptr;
   float norm_eps = 0.0f;
+  // The gated activation fused into a [gate; up] GEMV (qgemv_bulk only): gated_out =
+  // round(round(act(g)) * u) instead of y.
+  void* gated_out = nullptr;
+  std::int64_t gated_stride = 0;
+  int gated_act = 0;
 };
 
 // Output (row-major index i, column n) = round(v + bias[n]); accumulating, y[i] = round(y[i] +

@@ -1,5 +1,6 @@
-// Decode GEMV over MLX affine 4-bit weights (1-2 activation rows) with the weights streamed into
-// shared memory by bulk copies (cp.async.bulk + mbarrier, CUDA sm_90+).
+// Decode GEMV over MLX affine 4-bit weights (up to 64 activation rows: 1-2 per block, or 8 per
+// block reusing each stage for 4 row pairs) with the weights streamed into shared memory by bulk
+// copies (cp.async.bulk + mbarrier, CUDA sm_90+).
 //
 // Why: qgemv_mma_gpl_kernel loads a lane's weights into registers, so the bytes a warp has in
 // flight are bounded by its registers (~2 KB a warp, 16 warps an SM) and each chunk waits a full
@@ -29,6 +30,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/gpu/activation.cuh"
 #include "backend/gpu/mma.cuh"
 #include "backend/gpu/qgemv_mma.cuh"
 #include "backend/gpu/reduce.cuh"
@@ -38,13 +40,14 @@
 namespace mlxcel::gpu::qmma {
 namespace {
 
-constexpr int kStages = 3;                   // slots per warp
+constexpr int kMaxStages = 4;               // slots per warp: S = 2..4, 3 by default
 constexpr int kBulkThreads = kWarps * MLXCEL_WARP_SIZE;
 constexpr int kRowBytes = 256;               // a stage's code bytes of one weight row
 constexpr int kCodePitch = kRowBytes + 16;   // rows g, g + 1 start in different bank quads
-constexpr int kBarBytes = kWarps * kStages * 8;
+constexpr int kBarBytes = kWarps * kMaxStages * 8;
 constexpr int kRedOffset = 256;              // after the barriers
-constexpr int kRedBytes = kWarps * 2 * MLXCEL_WARP_SIZE * 4;
+constexpr int kMaxNpb = 4;                  // row pairs per block: 1 (1-2 rows) or 4 (3-8 rows)
+constexpr int kRedBytes = kWarps * kMaxNpb * 2 * MLXCEL_WARP_SIZE * 4;
 
 // --- sm_90 bulk copies and transaction barriers (PTX ISA 8.0) ----------------------------------
 __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
@@ -104,16 +107,17 @@ __device__ __forceinline__ void fence_proxy_async() {
 // warp order), so the values are the unfused norm's bits. Every block normalizes the rows
 // (a few KB from L2) into xs, permuted as the plain path below; block 0 also writes them to x.
 template <typename T, int GW, int GK>
-__device__ void fused_norm(const LinParams& p, int mc, uint4* xs, int x_units, float* partial) {
+__device__ void fused_norm(const LinParams& p, std::int64_t m0, int rows, int mc, uint4* xs,
+                           int x_units, float* partial) {
   const std::int64_t cols = p.w.k;
   const int nb = norm_threads(cols), per = nb / kBulkThreads;  // emulated threads per thread
   const int lane = threadIdx.x % MLXCEL_WARP_SIZE, warp = threadIdx.x / MLXCEL_WARP_SIZE;
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < rows; ++r) {
     if (r >= mc) {
       for (int u = threadIdx.x; u < x_units; u += kBulkThreads) xs[r * x_units + u] = make_uint4(0, 0, 0, 0);
       continue;
     }
-    const T* src = static_cast<const T*>(p.norm_src) + r * p.norm_stride;
+    const T* src = static_cast<const T*>(p.norm_src) + (m0 + r) * p.norm_stride;
     for (int j = 0; j < 4 && j < per; ++j) {
       const int v = static_cast<int>(threadIdx.x) + j * kBulkThreads;  // the emulated thread
       float ss = 0.0f;
@@ -135,7 +139,7 @@ __device__ void fused_norm(const LinParams& p, int mc, uint4* xs, int x_units, f
     for (int i = 0; i < nb / MLXCEL_WARP_SIZE; ++i) total += partial[i];
     const float inv = 1.0f / sqrtf(total / static_cast<float>(cols) + p.norm_eps);
     // LinParams::x is the GEMV's input (const there); here the kernel produces it.
-    T* xr = static_cast<T*>(const_cast<void*>(p.x)) + r * p.x_stride;
+    T* xr = static_cast<T*>(const_cast<void*>(p.x)) + (m0 + r) * p.x_stride;
     for (std::int64_t c = threadIdx.x; c < cols; c += kBulkThreads) {
       const T y = from_f32<T>(rnd(rnd(to_f32(src[c]) * inv, p.round) * p.norm_w[c], p.round));
       if (blockIdx.x == 0) xr[c] = y;
@@ -148,6 +152,35 @@ __device__ void fused_norm(const LinParams& p, int mc, uint4* xs, int x_units, f
   }
 }
 
+// The gated epilogue (p.gated_out set; W = [gate; up], I = n / 2 rows each, I % 8 == 0): tile ti
+// holds gate rows 8 ti .. 8 ti + 7 in its rows 0-7 and the same up rows in 8-15, so a lane ends
+// with both halves of its column and writes round(round(act(g)) * u) where the plain kernel
+// would write g and u: the rounded values the separate gated kernel reads.
+template <typename T, int NP>
+__device__ __forceinline__ void sum_slices_gated(const LinParams& p, int ks, const float* red,
+                                                 int warp, int lane, std::int64_t ti,
+                                                 std::int64_t m0, int mc, std::int64_t half) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    float v[2];
+#pragma unroll
+    for (int r2 = 0; r2 < 2; ++r2) {
+      v[r2] = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+      for (int w = 1; w < ks; ++w)
+        v[r2] += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+    }
+    const int row = 2 * q + t / 2;
+    const std::int64_t n = 8 * ti + g;
+    if (row < mc && n < half) {
+      const float gv = rnd(v[0] + (p.bias ? p.bias[n] : 0.0f), p.round);
+      const float uv = rnd(v[1] + (p.bias ? p.bias[half + n] : 0.0f), p.round);
+      store(static_cast<T*>(p.gated_out), (m0 + row) * p.gated_stride + n,
+            rnd(activate(p.gated_act, gv), p.round) * uv, p.round);
+    }
+  }
+}
+
 struct BulkParams {
   MmaParams mp;
   std::int64_t col_blocks;  // column blocks of kWarps / ks tiles
@@ -157,8 +190,10 @@ struct BulkParams {
   int e_offset, x_offset, ring_offset;
 };
 
-// grid: resident blocks (<= one per SM), each walking column blocks blockIdx.x + j * gridDim.x.
-template <typename T, int WPL>
+// grid (resident blocks (<= one per SM), row blocks of 2 NPB rows): each block walks column
+// blocks blockIdx.x + j * gridDim.x for its rows; every row pair of a chunk reuses the chunk's
+// codes and scales (NPB 1: 1-2 rows; 4: up to 8 rows per block).
+template <typename T, int WPL, int kStages, int NPB>
 __global__ void __launch_bounds__(kBulkThreads, 1) qgemv_bulk_kernel(BulkParams bp) {
 #if __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem[];
@@ -178,7 +213,9 @@ __global__ void __launch_bounds__(kBulkThreads, 1) qgemv_bulk_kernel(BulkParams 
   const std::int64_t units = (bp.col_blocks - blockIdx.x + gridDim.x - 1) / gridDim.x;
   const std::int64_t total = units * ns;  // this warp's stages
   const int code = p.w.scales_code, sb = code == 0 ? 4 : 2;
-  const int mc = static_cast<int>(p.m < 2 ? p.m : 2);
+  constexpr int RB = 2 * NPB;  // rows per block
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * RB;
+  const int mc = static_cast<int>(p.m - m0 < RB ? p.m - m0 : RB);
   const std::int64_t n_last = p.w.n - 1;
   const std::int64_t w_row = p.w.k / 2, s_row = G * sb;  // bytes per weight / scale row
 
@@ -189,9 +226,11 @@ __global__ void __launch_bounds__(kBulkThreads, 1) qgemv_bulk_kernel(BulkParams 
   uint4* xs = reinterpret_cast<uint4*>(smem + bp.x_offset);
   unsigned char* ring = smem + bp.ring_offset + warp * kStages * bp.slot_bytes;
 
-  auto first_col = [&](std::int64_t i) {  // the first output column of stage i's tile
+  const bool gated = p.gated_out != nullptr;
+  const std::int64_t half = p.w.n / 2;
+  auto tile_of = [&](std::int64_t i) {  // the matrix tile of stage i
     const std::int64_t cb = blockIdx.x + (i / ns) * gridDim.x;
-    return (cb * (kWarps / mp.ks) + tile) * kTileCols;
+    return cb * (kWarps / mp.ks) + tile;
   };
   // Stage i into slot i % kStages: lanes 0-15 copy row r's codes, lanes 16-31 its scales and
   // biases (16-byte aligned spans around the stage's groups: `shift` bytes before them).
@@ -207,8 +246,12 @@ __global__ void __launch_bounds__(kBulkThreads, 1) qgemv_bulk_kernel(BulkParams 
     __syncwarp();
     unsigned char* slot = ring + (i % kStages) * bp.slot_bytes;
     const int r = lane % 16;
-    const std::int64_t n0 = first_col(i);
-    const std::int64_t n = n0 + r < n_last ? n0 + r : n_last;  // rows past N: the last row
+    const std::int64_t ti = tile_of(i);
+    // The weight row of tile row r (rows past the end read the last row; not stored): 16 ti + r,
+    // or gated, gate row 8 ti + r for r < 8 and up row I + 8 ti + r - 8.
+    std::int64_t n = gated ? (r < 8 ? 8 * ti + r : half + 8 * ti + r - 8) : kTileCols * ti + r;
+    if (gated && r < 8 && n > half - 1) n = half - 1;
+    if (n > n_last) n = n_last;
     if (lane < 16) {
       bulk_copy(slot + r * kCodePitch, static_cast<const char*>(p.w.w) + n * w_row + c0 * CB,
                 code_bytes, bar, policy);
@@ -230,15 +273,15 @@ __global__ void __launch_bounds__(kBulkThreads, 1) qgemv_bulk_kernel(BulkParams 
   // The activation rows into shared memory, each 16-byte unit (8 x of one group) permuted into
   // the mma's B registers for h = 0 and h = 1: (b0, b1, b0', b1'). Rows past m are zero.
   const std::int64_t row_units = p.norm_w ? 0 : G * GW;
-  if (p.norm_w) fused_norm<T, GW, GK>(p, mc, xs, bp.x_units, red);
-  for (std::int64_t u = threadIdx.x; u < 2 * row_units; u += kBulkThreads) {
+  if (p.norm_w) fused_norm<T, GW, GK>(p, m0, RB, mc, xs, bp.x_units, red);
+  for (std::int64_t u = threadIdx.x; u < RB * row_units; u += kBulkThreads) {
     const int r = static_cast<int>(u / row_units);
     const std::int64_t grp = (u % row_units) / GW;
     const int w = static_cast<int>(u % GW);
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < mc) {
       const uint4 x = *reinterpret_cast<const uint4*>(
-          static_cast<const T*>(p.x) + (r / p.x_div) * p.x_stride + grp * GK + w * 8);
+          static_cast<const T*>(p.x) + ((m0 + r) / p.x_div) * p.x_stride + grp * GK + w * 8);
       v = make_uint4(__byte_perm(x.x, x.z, 0x5410u), __byte_perm(x.x, x.z, 0x7632u),
                      __byte_perm(x.y, x.w, 0x5410u), __byte_perm(x.y, x.w, 0x7632u));
     }
@@ -246,32 +289,45 @@ __global__ void __launch_bounds__(kBulkThreads, 1) qgemv_bulk_kernel(BulkParams 
   }
   __syncthreads();
 
-  // Lane (g, t) gives B column g: activation row g / 4 over group offset g % 4, nonzero only
-  // when t == g % 4 (as in the gpl kernel).
+  // Lane (g, t) gives B column g of row pair rp: activation row 2 rp + g / 4 over group offset
+  // g % 4, nonzero only when t == g % 4 (as in the gpl kernel).
   const int gx = g / 4;
-  const bool gives = t == g % 4 && gx < mc;
-  const uint4* xl = xs + gx * bp.x_units + t * (GW + 1);  // this lane's group 4c + t: + 4c (GW + 1)
+  bool gives[NPB];
+  const uint4* xl[NPB];  // this lane's group 4c + t of its row in pair rp: + 4c (GW + 1)
+#pragma unroll
+  for (int rp = 0; rp < NPB; ++rp) {
+    gives[rp] = t == g % 4 && 2 * rp + gx < mc;
+    xl[rp] = xs + (2 * rp + gx) * bp.x_units + t * (GW + 1);
+  }
   const std::uint32_t ones[4] = {Magic<T>::kOnes, Magic<T>::kOnes, Magic<T>::kOnes,
                                  Magic<T>::kOnes};
   const int j0 = 2 * (t % 2);
   // e per (row, group): the mma of ones against each chunk's B, as the gpl kernel computes it.
   for (std::int64_t c = warp; c < chunks; c += kWarps) {
-    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int w = 0; w < GW; ++w) {
-      const uint4 xv = gives ? xl[4 * c * (GW + 1) + w] : make_uint4(0, 0, 0, 0);
-      mma<T>(e, ones, xv.x, xv.y);
-      mma<T>(e, ones, xv.z, xv.w);
-    }
-    if (g == 0) {
-      es[(t / 2) * G + 4 * c + j0] = e[0];
-      es[(t / 2) * G + 4 * c + j0 + 1] = e[1];
+    for (int rp = 0; rp < NPB; ++rp) {
+      float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int w = 0; w < GW; ++w) {
+        const uint4 xv = gives[rp] ? xl[rp][4 * c * (GW + 1) + w] : make_uint4(0, 0, 0, 0);
+        mma<T>(e, ones, xv.x, xv.y);
+        mma<T>(e, ones, xv.z, xv.w);
+      }
+      if (g == 0) {
+        es[(2 * rp + t / 2) * G + 4 * c + j0] = e[0];
+        es[(2 * rp + t / 2) * G + 4 * c + j0 + 1] = e[1];
+      }
     }
   }
   __syncthreads();
 
-  const float* el = es + (t / 2) * G + j0;  // + 4c: e of groups 4c + j0, 4c + j0 + 1
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // + 4c: e of groups 4c + j0, 4c + j0 + 1 for this lane's D columns' row of pair rp
+  const float* el = es + (t / 2) * G + j0;
+  float acc[NPB][4];
+#pragma unroll
+  for (int rp = 0; rp < NPB; ++rp)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc[rp][u] = 0.0f;
   for (std::int64_t i = 0; i < total; ++i) {
     const int j = static_cast<int>(i % ns);
     const std::int64_t c0 = c_begin + j * CPS;
@@ -316,25 +372,39 @@ __global__ void __launch_bounds__(kBulkThreads, 1) qgemv_bulk_kernel(BulkParams 
         s_b[0] = code_value(w2, code, 0), s_b[1] = code_value(w2, code, 1);
         b_b[0] = code_value(w3, code, 0), b_b[1] = code_value(w3, code, 1);
       }
-      const float2 ev = *reinterpret_cast<const float2*>(el + 4 * c);
-      const float e[2] = {ev.x, ev.y};
-      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      // Each row pair: its own d over (w, h) in order, then the group's scales (the rows' D
+      // columns never mix, so a row's value does not depend on its pair or block).
+      float d[NPB][4];
+#pragma unroll
+      for (int rp = 0; rp < NPB; ++rp)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) d[rp][u] = 0.0f;
 #pragma unroll
       for (int w = 0; w < GW; ++w) {
-        const uint4 xv = gives ? xl[4 * c * (GW + 1) + w] : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const std::uint32_t a[4] = {code_pair<T>(ra[w], 2 * h), code_pair<T>(rb[w], 2 * h),
                                       code_pair<T>(ra[w], 2 * h + 1),
                                       code_pair<T>(rb[w], 2 * h + 1)};
-          mma<T>(d, a, h ? xv.z : xv.x, h ? xv.w : xv.y);
+#pragma unroll
+          for (int rp = 0; rp < NPB; ++rp) {
+            const uint4 xv =
+                gives[rp] ? xl[rp][4 * c * (GW + 1) + w] : make_uint4(0, 0, 0, 0);
+            mma<T>(d[rp], a, h ? xv.z : xv.x, h ? xv.w : xv.y);
+          }
         }
       }
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        acc[u] = fmaf(s_a[u], d[u], fmaf(b_a[u] - Magic<T>::kOff * s_a[u], e[u], acc[u]));
-        acc[2 + u] =
-            fmaf(s_b[u], d[2 + u], fmaf(b_b[u] - Magic<T>::kOff * s_b[u], e[u], acc[2 + u]));
+      for (int rp = 0; rp < NPB; ++rp) {
+        const float2 ev = *reinterpret_cast<const float2*>(el + 2 * rp * G + 4 * c);
+        const float e[2] = {ev.x, ev.y};
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          acc[rp][u] = fmaf(s_a[u], d[rp][u],
+                            fmaf(b_a[u] - Magic<T>::kOff * s_a[u], e[u], acc[rp][u]));
+          acc[rp][2 + u] = fmaf(s_b[u], d[rp][2 + u],
+                                fmaf(b_b[u] - Magic<T>::kOff * s_b[u], e[u], acc[rp][2 + u]));
+        }
       }
     }
     // The slot is read: refill it with the stage kStages ahead.
@@ -344,28 +414,20 @@ __global__ void __launch_bounds__(kBulkThreads, 1) qgemv_bulk_kernel(BulkParams 
     if (j != ns - 1) continue;
 
     // The column block is done: K slices add up in warp order, as in the gpl kernel.
-#pragma unroll
-    for (int r2 = 0; r2 < 2; ++r2) {
-      const float own = acc[2 * r2] + acc[2 * r2 + 1];
-      const float other = gpu_shfl_xor(own, 1);
-      red[(warp * 2 + r2) * MLXCEL_WARP_SIZE + lane] = (t % 2 == 0) ? own + other : other + own;
-    }
+    fold_groups<NPB>(acc, red, warp, lane);
     __syncthreads();
     if (kw == 0 && t % 2 == 0) {
-      const std::int64_t n0 = first_col(i);
-#pragma unroll
-      for (int r2 = 0; r2 < 2; ++r2) {
-        float v = red[(warp * 2 + r2) * MLXCEL_WARP_SIZE + lane];
-        for (int w = 1; w < mp.ks; ++w) v += red[((warp + w) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
-        const int row = t / 2;
-        const std::int64_t n = n0 + g + 8 * r2;
-        if (row < mc && n <= n_last)
-          store_lin<T>(p, row * p.y_stride + n, n, v);
-      }
+      if (gated)
+        sum_slices_gated<T, NPB>(p, mp.ks, red, warp, lane, tile_of(i), m0, mc, half);
+      else
+        sum_slices_store<T, NPB>(p, mp.ks, red, warp, lane, kTileCols * tile_of(i), m0, mc,
+                                 n_last);
     }
     __syncthreads();
 #pragma unroll
-    for (int u = 0; u < 4; ++u) acc[u] = 0.0f;
+    for (int rp = 0; rp < NPB; ++rp)
+#pragma unroll
+      for (int u = 0; u < 4; ++u) acc[rp][u] = 0.0f;
   }
 #else
   (void)bp;
@@ -396,7 +458,7 @@ const DeviceFacts& facts(int device) {
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15) == 0; }
 int round_up(std::int64_t v, int to) { return static_cast<int>((v + to - 1) / to * to); }
 
-template <typename T, int WPL>
+template <typename T, int WPL, int kStages, int NPB>
 bool launch_bulk(const MmaParams& mp, const Stream& s) {
   constexpr int GW = 4 * WPL, CPS = kRowBytes / (16 * WPL * 4);
   const LinParams& p = mp.p;
@@ -414,19 +476,21 @@ bool launch_bulk(const MmaParams& mp, const Stream& s) {
   const std::int64_t units = G * (GW + 1);
   bp.x_units = static_cast<int>(units + ((4 - units % 8) + 8) % 8);  // = 4 (mod 8): rows apart
   bp.e_offset = kRedOffset + kRedBytes;
-  bp.x_offset = round_up(bp.e_offset + 2 * G * 4, 128);
-  bp.ring_offset = round_up(bp.x_offset + 2 * static_cast<std::int64_t>(bp.x_units) * 16, 128);
+  bp.x_offset = round_up(bp.e_offset + 2 * NPB * G * 4, 128);
+  bp.ring_offset =
+      round_up(bp.x_offset + 2 * NPB * static_cast<std::int64_t>(bp.x_units) * 16, 128);
   const std::int64_t bytes =
       bp.ring_offset + static_cast<std::int64_t>(kWarps) * kStages * bp.slot_bytes;
   static_assert(kBarBytes <= kRedOffset, "barriers overlap the reduction buffer");
   if (bytes > f.smem_optin) return false;
-  auto kernel = qgemv_bulk_kernel<T, WPL>;
+  auto kernel = qgemv_bulk_kernel<T, WPL, kStages, NPB>;
   static int set_for = -1;  // the opt-in size, once per instantiation (not while recording)
   if (set_for != f.smem_optin) {
     GPU_CHECK(gpuFuncSetMaxDynamicSmem(kernel, f.smem_optin), "linear (bulk qgemv)", s.device());
     set_for = f.smem_optin;
   }
-  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(bp.col_blocks, f.sms));
+  const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>(bp.col_blocks, f.sms)),
+                  blocks_for(p.m, 2 * NPB));
   kernel<<<grid, kBulkThreads, static_cast<std::size_t>(bytes),
            static_cast<gpuStream_t>(s.handle())>>>(bp);
   return true;
@@ -439,7 +503,7 @@ bool qgemv_bulk(const MmaParams& mp, const Stream& s) {
   // Off by default until a GPU run has checked and measured it (written without a device).
   static const bool on = env_int("MLXCEL_GPU_QGEMV_BULK", 0) != 0;
   const LinParams& p = mp.p;
-  if (!on || p.experts || p.m > 2 || p.m < 1) return false;
+  if (!on || p.experts || p.m < 1 || p.m > 64) return false;
   if (facts(s.device()).cc_major < 9) return false;
   const int gs = p.w.group_size, sb = p.w.scales_code == 0 ? 4 : 2;
   const std::int64_t G = mp.groups;
@@ -447,9 +511,29 @@ bool qgemv_bulk(const MmaParams& mp, const Stream& s) {
   if ((gs != 32 && gs != 64) || G % 4 != 0 || (G * sb) % 16 != 0 || !p.w.biases ||
       !aligned16(p.w.w) || !aligned16(p.w.scales) || !aligned16(p.w.biases) || !aligned16(p.x) ||
       (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 != 0 ||
-      (p.norm_w && (p.x_div != 1 || !p.norm_src)))
+      (p.norm_w && (p.x_div != 1 || !p.norm_src)) ||
+      (p.gated_out && (p.w.n % 16 != 0 || p.accumulate)))
     return false;
-  return gs == 32 ? launch_bulk<T, 1>(mp, s) : launch_bulk<T, 2>(mp, s);
+  // Stages per warp: MLXCEL_GPU_QGEMV_BULK_STAGES = 2, 3 (default) or 4, fewer where the
+  // shared memory does not fit them (a measuring knob; the arithmetic is the same for all).
+  static const int want = [] {
+    const int v = env_int("MLXCEL_GPU_QGEMV_BULK_STAGES", 3);
+    return v >= 2 && v <= kMaxStages ? v : 3;
+  }();
+  // Rows: 1-2 in one block row; more in blocks of 8 that each reuse a stage for 4 row pairs
+  // (false where that does not fit: the gpl kernel's 4-row blocks take the rows, same bits).
+  auto with_wpl = [&](auto wpl) {
+    constexpr int W = decltype(wpl)::value;
+    if (p.m <= 2) {
+      if (want >= 4 && launch_bulk<T, W, 4, 1>(mp, s)) return true;
+      if (want >= 3 && launch_bulk<T, W, 3, 1>(mp, s)) return true;
+      return launch_bulk<T, W, 2, 1>(mp, s);
+    }
+    if (want >= 3 && launch_bulk<T, W, 3, kMaxNpb>(mp, s)) return true;
+    return launch_bulk<T, W, 2, kMaxNpb>(mp, s);
+  };
+  return gs == 32 ? with_wpl(std::integral_constant<int, 1>{})
+                  : with_wpl(std::integral_constant<int, 2>{});
 }
 
 template bool qgemv_bulk<bf16>(const MmaParams&, const Stream&);

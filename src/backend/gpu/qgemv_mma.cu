@@ -328,30 +328,10 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
                              fmaf(b_b[u] - Magic<T>::kOff * s_b[u], e[q][u], acc[q][2 + u]));
       }
   }
-  // Per row: (j0 + j1) of the even lane t, then + (j2 + j3) of its odd partner.
-#pragma unroll
-  for (int q = 0; q < NP; ++q)
-#pragma unroll
-    for (int r2 = 0; r2 < 2; ++r2) {
-      const float own = acc[q][2 * r2] + acc[q][2 * r2 + 1];
-      const float other = gpu_shfl_xor(own, 1);
-      const float v = (t % 2 == 0) ? own + other : other + own;
-      red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane] = v;
-    }
+  fold_groups<NP>(acc, red, warp, lane);
   __syncthreads();
   if (kw != 0 || t % 2 != 0) return;
-#pragma unroll
-  for (int q = 0; q < NP; ++q)
-#pragma unroll
-    for (int r2 = 0; r2 < 2; ++r2) {
-      float v = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
-      for (int w = 1; w < mp.ks; ++w)
-        v += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
-      const int row = 2 * q + t / 2;
-      const std::int64_t n = n0 + g + 8 * r2;
-      if (row < mc && n <= n_last)
-        store_lin<T>(p, (m0 + row) * p.y_stride + n, n, v);
-    }
+  sum_slices_store<T, NP>(p, mp.ks, red, warp, lane, n0, m0, mc, n_last);
 }
 
 // Warps per column tile: the fewest that give kTargetWarps warps in all, keeping >= 2 groups per
@@ -406,8 +386,10 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
     mp.ks = choose_ks(tiles, mp.groups);
     if (one_group_per_lane)
       while (mp.ks > (mp.groups + 3) / 4) mp.ks /= 2;  // at most one warp per 4-group chunk
-    // A fused input norm: only the bulk kernel runs it (false: the caller runs the norm first).
-    if (p.norm_w) return one_group_per_lane && !p.experts && p.m <= 2 && qgemv_bulk<T>(mp, s);
+    // A fused input norm or gated activation: only the bulk kernel runs them (false: the caller
+    // runs them as their own kernels).
+    if (p.norm_w || p.gated_out)
+      return one_group_per_lane && !p.experts && qgemv_bulk<T>(mp, s);
     const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
     if (one_group_per_lane) {
       // Column sets per block: 1 at 1-2 rows (and expert-indexed rows), else 2. Each row's
@@ -416,8 +398,9 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       // registers); capping registers at batch 1 lost: 4 blocks per SM (64 registers, 96 B
       // spilled) 236 -> 211 tok/s, 3 blocks (80, 16 B spilled) 239 -> 230 (runs 22-23).
       const int np = p.experts || p.m <= 2 ? 1 : 2;
-      // 1-2 rows on sm_90: the same arithmetic with the weights streamed by bulk copies.
-      if (np == 1 && qgemv_bulk<T>(mp, s)) return true;
+      // sm_90 (MLXCEL_GPU_QGEMV_BULK=1): the same arithmetic with the weights streamed by bulk
+      // copies, and each stage reused for up to 8 rows.
+      if (qgemv_bulk<T>(mp, s)) return true;
       const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;

@@ -53,11 +53,49 @@ __device__ __forceinline__ float code_value(std::uint32_t word, int code, int i)
                    : f16::from_bits(static_cast<std::uint16_t>(h)).to_float();
 }
 
+// The end of a column tile in the one-group-per-lane kernels, shared so both fold alike. Each
+// lane's acc[q] holds (row g, group j0), (g, j0 + 1), (g + 8, j0), (g + 8, j0 + 1) of row pair q:
+// per row (j0 + j1) of the even lane t, then + (j2 + j3) of its odd partner, into `red`
+// (kWarps x NP x 2 x 32 floats) ...
+template <int NP>
+__device__ __forceinline__ void fold_groups(const float (&acc)[NP][4], float* red, int warp,
+                                            int lane) {
+  const int t = lane % 4;
+#pragma unroll
+  for (int q = 0; q < NP; ++q)
+#pragma unroll
+    for (int r2 = 0; r2 < 2; ++r2) {
+      const float own = acc[q][2 * r2] + acc[q][2 * r2 + 1];
+      const float other = gpu_shfl_xor(own, 1);
+      red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane] =
+          (t % 2 == 0) ? own + other : other + own;
+    }
+}
+// ... then (after a barrier, by the even lanes of a tile's first warp) the tile's ks K slices
+// in warp order, stored for rows m0 + 2 q + t / 2 < m0 + mc and columns n0 + g (+ 8) <= n_last.
+template <typename T, int NP>
+__device__ __forceinline__ void sum_slices_store(const LinParams& p, int ks, const float* red,
+                                                 int warp, int lane, std::int64_t n0,
+                                                 std::int64_t m0, int mc, std::int64_t n_last) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int q = 0; q < NP; ++q)
+#pragma unroll
+    for (int r2 = 0; r2 < 2; ++r2) {
+      float v = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+      for (int w = 1; w < ks; ++w)
+        v += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+      const int row = 2 * q + t / 2;
+      const std::int64_t n = n0 + g + 8 * r2;
+      if (row < mc && n <= n_last) store_lin<T>(p, (m0 + row) * p.y_stride + n, n, v);
+    }
+}
+
 // The one-group-per-lane GEMV (qgemv_mma_gpl_kernel's arithmetic) with weights and scales
 // streamed into shared memory by bulk copies (qgemv_bulk.cu): launches and returns true for
-// 1-2 rows without expert indexing on sm_90+ when the shapes and alignments fit and
-// MLXCEL_GPU_QGEMV_BULK=1 (off by default until measured); false leaves the work to
-// qgemv_mma's kernels.
+// up to 64 rows without expert indexing on sm_90+ when the shapes, alignments and shared
+// memory fit and MLXCEL_GPU_QGEMV_BULK=1 (off by default until measured); false leaves the
+// work to qgemv_mma's kernels. With p.norm_w it also runs the input norm.
 template <typename T>
 bool qgemv_bulk(const MmaParams& mp, const Stream& s);
 
