@@ -12,6 +12,10 @@
 #    (MLXCEL_GPU_FUSED_NORM=0 keeps the separate norm, to split the two effects). Run 25: GEMV
 #    70 % of the 8B step at ~1.6 TB/s, add_rms_norm 12 %. Prediction (all on): 8B -> >= 380
 #    tok/s (GEMV -35 %, no norm launches), 0.6B -> >= 850, 30B -> >= 280 (its experts keep gpl).
+#    It also takes 3-64 rows (8 per block, each stage reused by 4 row pairs; K = 14,336 keeps
+#    gpl): 8B batch 16 1,242 -> >= 2,000 tok/s. With it the FFN's gate_up runs norm + SwiGLU in
+#    its epilogue (MLXCEL_GPU_FUSED_GATED=0 splits that off); MLXCEL_GPU_QGEMV_BULK_STAGES=2|4
+#    against the default 3.
 #  - MLXCEL_GPU_SAMPLE_FAST=1: the sampler's one-pass greedy path, 75 -> <= 10 us.
 #  - rms_norm kernels load their weight with the row (on by default; -1 DRAM round trip).
 # New tests: LinearFusions (fused == unfused bit for bit, close to the CPU), the MoE combine's
@@ -24,6 +28,7 @@ unxz_to .gpu/test_backend_ops.xz .gpu/test_backend_ops
 ALL="MLXCEL_GPU_QGEMV_BULK=1 MLXCEL_GPU_SAMPLE_FAST=1"
 run_tests
 run_tests $ALL
+run_tests $ALL MLXCEL_GPU_FUSED_GATED=0 MLXCEL_GPU_QGEMV_BULK_STAGES=2
 timeout 120 .gpu/mlxcel selftest --device gpu > "$R/selftest.log" 2>&1
 log "selftest rc=$? $(tail -1 "$R/selftest.log")"
 env $ALL timeout 120 .gpu/mlxcel selftest --device gpu > "$R/selftest-all.log" 2>&1
@@ -32,7 +37,7 @@ synth_all
 for m in llama-3.1-8b:8b qwen3-0.6b:0.6b qwen3-30b-a3b:30b; do
   b ${m#*:} .gpu/mlxcel ${m%:*} 1 3
   b ${m#*:}-all .gpu/mlxcel ${m%:*} 1 3 $ALL
-  b ${m#*:}-bulk-nofuse .gpu/mlxcel ${m%:*} 1 3 $ALL MLXCEL_GPU_FUSED_NORM=0
+  b ${m#*:}-bulk-nofuse .gpu/mlxcel ${m%:*} 1 3 $ALL MLXCEL_GPU_FUSED_NORM=0 MLXCEL_GPU_FUSED_GATED=0
   b ${m#*:}-base /tmp/mlxcel-base ${m%:*} 1 3
 done
 b 8b-all-s2 .gpu/mlxcel llama-3.1-8b 1 3 $ALL MLXCEL_GPU_QGEMV_BULK_STAGES=2
