@@ -25,15 +25,6 @@ for m in llama-3.1-8b:8b qwen3-0.6b:0.6b qwen3-30b-a3b:30b; do
 done
 b 8b-b16 .gpu/mlxcel llama-3.1-8b 16 1
 b 8b-b16-gpl0 .gpu/mlxcel llama-3.1-8b 16 1 MLXCEL_GPU_QGEMV_MMA_GPL=0
-ncu_step() {
-  local tag=$1 model=$2 batch=$3
-  shift 3
-  env "$@" timeout 200 ncu --clock-control none --cache-control none \
-    --metrics gpu__time_duration.sum --csv .gpu/mlxcel bench -m "$S/$model" -p 64 -g 2 -r 1 \
-    --batch "$batch" --device gpu > "$R/ncu-step-$tag.csv" 2> "$R/ncu-step-$tag.err"
-  log "ncu step $tag rc=$?"
-  python3 dev/ncu_step_times.py < "$R/ncu-step-$tag.csv" 2>&1 | tee "$R/step-times-$tag.txt" | head -16
-}
 ncu_step 0.6b qwen3-0.6b 1
 ncu_step 30b qwen3-30b-a3b 1
 ncu_step 8b llama-3.1-8b 1

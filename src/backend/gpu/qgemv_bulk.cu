@@ -163,13 +163,8 @@ __device__ __forceinline__ void sum_slices_gated(const LinParams& p, int ks, con
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int q = 0; q < NP; ++q) {
-    float v[2];
-#pragma unroll
-    for (int r2 = 0; r2 < 2; ++r2) {
-      v[r2] = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
-      for (int w = 1; w < ks; ++w)
-        v[r2] += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
-    }
+    const float v[2] = {sum_slices<NP>(red, ks, warp, lane, q, 0),
+                        sum_slices<NP>(red, ks, warp, lane, q, 1)};
     const int row = 2 * q + t / 2;
     const std::int64_t n = 8 * ti + g;
     if (row < mc && n < half) {

@@ -72,7 +72,15 @@ __device__ __forceinline__ void fold_groups(const float (&acc)[NP][4], float* re
     }
 }
 // ... then (after a barrier, by the even lanes of a tile's first warp) the tile's ks K slices
-// in warp order, stored for rows m0 + 2 q + t / 2 < m0 + mc and columns n0 + g (+ 8) <= n_last.
+// of (row pair q, row half r2) added in warp order ...
+template <int NP>
+__device__ __forceinline__ float sum_slices(const float* red, int ks, int warp, int lane, int q,
+                                            int r2) {
+  float v = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+  for (int w = 1; w < ks; ++w) v += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+  return v;
+}
+// ... and stored for rows m0 + 2 q + t / 2 < m0 + mc and columns n0 + g (+ 8) <= n_last.
 template <typename T, int NP>
 __device__ __forceinline__ void sum_slices_store(const LinParams& p, int ks, const float* red,
                                                  int warp, int lane, std::int64_t n0,
@@ -82,9 +90,7 @@ __device__ __forceinline__ void sum_slices_store(const LinParams& p, int ks, con
   for (int q = 0; q < NP; ++q)
 #pragma unroll
     for (int r2 = 0; r2 < 2; ++r2) {
-      float v = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
-      for (int w = 1; w < ks; ++w)
-        v += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+      const float v = sum_slices<NP>(red, ks, warp, lane, q, r2);
       const int row = 2 * q + t / 2;
       const std::int64_t n = n0 + g + 8 * r2;
       if (row < mc && n <= n_last) store_lin<T>(p, (m0 + row) * p.y_stride + n, n, v);
