@@ -18,6 +18,8 @@ mkdir -p "$R" "$S"
 t0=$SECONDS
 export MLXCEL_REQUIRE_GPU=1
 log() { echo "[$((SECONDS - t0))s] $*" | tee -a "$R/steps.log"; }
+# Late optional steps give way to the call's 600 s limit (BUDGET_S seconds of the script's own).
+late() { [ $((SECONDS - t0)) -gt "${BUDGET_S:-470}" ] && { log "skipped (time): $*"; return 0; }; return 1; }
 pack() { cp "$CSV" "$R/" 2>/dev/null; tar -C "$OUT" -czf "$OUT/results${RUN}.tgz" r; }
 run_tests() {
   local tag=tests-$(echo "$*" | tr -c 'A-Za-z0-9=_\n' '_')
@@ -52,6 +54,7 @@ prof() {
 ncu_k() {
   local tag=$1 re=$2 skip=$3 pp=$4 gen=$5
   shift 5
+  late "ncu $tag" && return
   command -v ncu > /dev/null || { log "ncu missing"; return; }
   env "$@" timeout 150 ncu --set full --import-source no -k "regex:$re" --launch-skip "$skip" \
     --launch-count 1 -o "$R/ncu-$tag" -f .gpu/mlxcel bench -m "$S/llama-3.1-8b" -p "$pp" \
@@ -68,6 +71,7 @@ ncu_k() {
 ncu_step() {
   local tag=$1 model=$2 batch=$3
   shift 3
+  late "ncu step $tag" && return
   env "$@" timeout 200 ncu --clock-control none --cache-control none \
     --metrics gpu__time_duration.sum --csv .gpu/mlxcel bench -m "$S/$model" -p 64 -g 2 -r 1 \
     --batch "$batch" --device gpu > "$R/ncu-step-$tag.csv" 2> "$R/ncu-step-$tag.err"

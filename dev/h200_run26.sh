@@ -18,6 +18,9 @@
 #    against the default 3.
 #  - MLXCEL_GPU_SAMPLE_FAST=1: the sampler's one-pass greedy path, 75 -> <= 10 us.
 #  - rms_norm kernels load their weight with the row (on by default; -1 DRAM round trip).
+#  - MLXCEL_GPU_ATTN_GROUP=1 (added in session 12): decode's split attention one block per span
+#    and group of query heads of one KV head (K and V read once per group, not once per head),
+#    bit-identical per head. Prediction: attention 11.5 -> <= 8 us per 8B layer, 8B +2-4 %.
 # New tests: LinearFusions (fused == unfused bit for bit, close to the CPU), the MoE combine's
 # accumulate, plain-greedy sampler rows; selftest "linear fusions".
 RUN=26
@@ -29,6 +32,7 @@ ALL="MLXCEL_GPU_QGEMV_BULK=1 MLXCEL_GPU_SAMPLE_FAST=1"
 run_tests
 run_tests $ALL
 run_tests $ALL MLXCEL_GPU_FUSED_GATED=0 MLXCEL_GPU_QGEMV_BULK_STAGES=2
+run_tests MLXCEL_GPU_ATTN_GROUP=1
 timeout 120 .gpu/mlxcel selftest --device gpu > "$R/selftest.log" 2>&1
 log "selftest rc=$? $(tail -1 "$R/selftest.log")"
 env $ALL timeout 120 .gpu/mlxcel selftest --device gpu > "$R/selftest-all.log" 2>&1
@@ -40,15 +44,23 @@ for m in llama-3.1-8b:8b qwen3-0.6b:0.6b qwen3-30b-a3b:30b; do
   b ${m#*:}-bulk-nofuse .gpu/mlxcel ${m%:*} 1 3 $ALL MLXCEL_GPU_FUSED_NORM=0 MLXCEL_GPU_FUSED_GATED=0
   b ${m#*:}-base /tmp/mlxcel-base ${m%:*} 1 3
 done
+G=MLXCEL_GPU_ATTN_GROUP=1
+b 8b-allg .gpu/mlxcel llama-3.1-8b 1 3 $ALL $G
+b 0.6b-allg .gpu/mlxcel qwen3-0.6b 1 3 $ALL $G
+b 30b-allg .gpu/mlxcel qwen3-30b-a3b 1 3 $ALL $G
 b 8b-all-s2 .gpu/mlxcel llama-3.1-8b 1 3 $ALL MLXCEL_GPU_QGEMV_BULK_STAGES=2
 b 8b-all-s4 .gpu/mlxcel llama-3.1-8b 1 3 $ALL MLXCEL_GPU_QGEMV_BULK_STAGES=4
 b 8b-b16 .gpu/mlxcel llama-3.1-8b 16 1
 b 8b-b16-all .gpu/mlxcel llama-3.1-8b 16 1 $ALL
 ncu_step 8b-all llama-3.1-8b 1 $ALL
-ncu_step 0.6b-all qwen3-0.6b 1 $ALL
-ncu_step 30b-all qwen3-30b-a3b 1 $ALL
+ncu_step 8b-allg llama-3.1-8b 1 $ALL $G
+ncu_step 0.6b-allg qwen3-0.6b 1 $ALL $G
+ncu_step 30b-allg qwen3-30b-a3b 1 $ALL $G
 # One decode step's gate_up and down (129 bulk launches per 8B step: skip the first step).
 ncu_k bulk-gate_up qgemv_bulk 131 64 4 $ALL
 ncu_k bulk-down qgemv_bulk 132 64 4 $ALL
+# Decode attention at the bench's context (~520 positions, 9 spans): 11 us per launch in run 25
+# even at 65 positions; where its time goes (latency chain or bandwidth) decides the next change.
+ncu_k attn-split attention_split 40 512 4
 pack
 log "end"
