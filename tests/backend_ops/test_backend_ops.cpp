@@ -735,9 +735,8 @@ TEST(BackendOps, LinearBatchInvariant) {
 
 // backend::LinearArgs' fusions must give exactly what the same backend's unfused ops give, bit
 // for bit: the input norm (x = rms_norm(src), then the product) against rms_norm then linear, and
-// accumulate (y += x · Wᵀ) against linear into a temporary then add. A decode step runs the
-// fused forms at 1-2 rows (qgemv_bulk's norm when MLXCEL_GPU_QGEMV_BULK=1) and their twins for
-// more rows, so this is batch invariance too; and both stay close to the CPU. Widths: the 8B's
+// accumulate (y += x · Wᵀ) against linear into a temporary then add, at 1-70 rows (the decode
+// GEMVs and the prefill GEMM); and both stay close to the CPU. Widths: the 8B's
 // 4096 (a 1,024-thread norm), 1,024, and 1,536 / 2,560 (odd group counts of 32-wide units).
 // Even n also runs the gated form (W as [gate; up], out = silu(g) * u) against linear then
 // gated_activation.
@@ -827,7 +826,9 @@ TEST(BackendOps, LinearFusions) {
           EXPECT_EQ(of, read_act(gpu, oa)) << s.str() << ": the fused gated output differs";
           EXPECT_CLOSE(s.str() + " gated", of, gated(cpu, mc, wc, nwc), rounding_steps(act, 6));
         }
-        EXPECT_CLOSE(s.str() + " accumulate", rf, accumulate(cpu, mc, wc, bc), rounding_steps(act, 2));
+        // The product is held to the Linear test's 2 steps from the CPU's, and the residual add
+        // rounds once more: 3 steps (run 26 saw 2.07 at m = 70 against the 2 first allowed).
+        EXPECT_CLOSE(s.str() + " accumulate", rf, accumulate(cpu, mc, wc, bc), rounding_steps(act, 3));
         ++ran;
       }
     }

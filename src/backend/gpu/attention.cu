@@ -61,8 +61,6 @@ struct AttnParams {
   std::int64_t n_spans;
   int* counters;
   float* partials;
-  // Grouped split shape: query heads per block (of one KV head) and blocks per KV head.
-  int heads_per_block, blocks_per_kv;
 };
 
 struct Smem {
@@ -351,246 +349,6 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p)
   write_out<T>(p, r, t, h);
 }
 
-// ---- GQA-grouped split launch (decode) -----------------------------------------------------
-// The split shape reads a KV head's span once per query head: n_heads / n_kv_heads times (4 for
-// the 8B, 8 for the 30B). Here one block per (span, up to 8 query heads of one KV head, token)
-// loads each K and V slice once and applies it to all its heads. Per head, every operation is
-// the one-head span_partial's and the split merge's, in the same order (the same fmaf chains,
-// warp_sum, warp order and span order), so a head's output is bit-identical to the other shapes'
-// and decode stays batch invariant and equal to prefill.
-constexpr int kGroupElems = 1024;  // heads per block x max(head_dim, v_dim) held in smem
-constexpr int kMaxGroup = 8;
-
-struct GroupSmem {
-  float q[kGroupElems];  // the heads' scaled q, head after head
-  float wacc[kWarps][kGroupElems];
-  float wm[kWarps][kMaxGroup], wl[kWarps][kMaxGroup];
-  float pacc[kGroupElems];
-  float pm[kMaxGroup], pl[kMaxGroup];
-  std::int64_t kofs[kSpan], vofs[kSpan];
-  int last;
-};
-
-// One element's running merge state (the `merge` above for a single element).
-__device__ __forceinline__ void merge_one(float& m, float& l, float& acc, float m2, float l2,
-                                          float a2) {
-  if (m2 == -INFINITY) return;
-  const float nm = fmaxf(m, m2);
-  const float c1 = m == -INFINITY ? 0.0f : expf(m - nm);
-  const float c2 = expf(m2 - nm);
-  l = fmaf(l2, c2, __fmul_rn(l, c1));
-  acc = fmaf(a2, c2, __fmul_rn(acc, c1));
-  m = nm;
-}
-
-// grid (n_spans, n_kv_heads * blocks_per_kv, T); H >= heads_per_block (registers sized for H).
-template <typename T, int P, int H>
-__global__ void __launch_bounds__(kThreads) attention_group_kernel(AttnParams p) {
-  __shared__ GroupSmem sm;
-  using KT = T;
-  const std::int64_t span = blockIdx.x, t = blockIdx.z;
-  const int hb = p.heads_per_block;
-  const int group = p.n_heads / p.n_kv_heads;
-  const int h0 = static_cast<int>(blockIdx.y) / p.blocks_per_kv * group +
-                 static_cast<int>(blockIdx.y) % p.blocks_per_kv * hb;
-  const TokenHead th = token_head(p, t, h0);
-  const std::int64_t z0 = th.first / kSpan, z1 = th.pos / kSpan;
-  if (span < z0 || span > z1) return;  // block-uniform, before any barrier
-  const T* qrow =
-      static_cast<const T*>(p.q) + t * p.q_stride + static_cast<std::int64_t>(h0) * p.head_dim;
-  for (int i = threadIdx.x; i < hb * p.head_dim; i += kThreads)
-    sm.q[i] = to_f32(qrow[i]) * p.scale;
-  if (threadIdx.x < kSpan) {
-    std::int64_t j = span * kSpan + threadIdx.x;
-    j = j < th.first ? th.pos : j > th.pos ? th.pos : j;
-    const std::int64_t blk = th.table[j / p.block_size], off = j % p.block_size;
-    const std::int64_t row = static_cast<std::int64_t>(th.g) * p.block_size + off;
-    const std::int64_t b =
-        blk * static_cast<std::int64_t>(p.block_stride) + static_cast<std::int64_t>(p.layer_offset);
-    sm.kofs[threadIdx.x] = b + row * p.head_dim * static_cast<std::int64_t>(sizeof(KT));
-    sm.vofs[threadIdx.x] = b + static_cast<std::int64_t>(p.k_block_bytes) +
-                           row * p.v_dim * static_cast<std::int64_t>(sizeof(KT));
-  }
-  __syncthreads();
-  const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
-  const int k0 = warp * kKeysPerWarp;
-  const std::int64_t j0 = span * kSpan + k0;
-  float qr[H][P];
-#pragma unroll
-  for (int hh = 0; hh < H; ++hh)
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int d = lane * P + i;
-      qr[hh][i] = hh < hb && d < p.head_dim ? sm.q[hh * p.head_dim + d] : 0.0f;
-    }
-  const bool kvec = p.head_dim % P == 0, vvec = p.v_dim % P == 0;
-  float mw[H], my_s[H];
-#pragma unroll
-  for (int hh = 0; hh < H; ++hh) mw[hh] = my_s[hh] = -INFINITY;
-#pragma unroll 1
-  for (int e0 = 0; e0 < kKeysPerWarp; e0 += kChunk) {
-    float s[kChunk][H];
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      const KT* kr = reinterpret_cast<const KT*>(p.base + sm.kofs[k0 + e0 + c]);
-      float kx[P];
-      load_slice<KT, P>(kr, lane, p.head_dim, kvec, kx);
-#pragma unroll
-      for (int hh = 0; hh < H; ++hh) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int i = 0; i < P; ++i) dot = fmaf(qr[hh][i], kx[i], dot);
-        s[c][hh] = dot;
-      }
-    }
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      const std::int64_t j = j0 + e0 + c;
-      const bool masked = j < th.first || j > th.pos;
-#pragma unroll
-      for (int hh = 0; hh < H; ++hh) {
-        if (hh >= hb) break;  // block-uniform
-        float v = warp_sum(s[c][hh]);
-        if (masked) v = -INFINITY;
-        mw[hh] = fmaxf(mw[hh], v);
-        if (lane == e0 + c) my_s[hh] = v;
-      }
-    }
-  }
-  float lw[H], acc[H][P];
-  bool live = false;
-#pragma unroll
-  for (int hh = 0; hh < H; ++hh) {
-    lw[hh] = 0.0f;
-    live = live || (hh < hb && mw[hh] != -INFINITY);
-#pragma unroll
-    for (int i = 0; i < P; ++i) acc[hh][i] = 0.0f;
-  }
-  if (live) {  // warp-uniform
-#pragma unroll 1
-    for (int e0 = 0; e0 < kKeysPerWarp; e0 += kChunk) {
-#pragma unroll
-      for (int c = 0; c < kChunk; ++c) {
-        const KT* vr = reinterpret_cast<const KT*>(p.base + sm.vofs[k0 + e0 + c]);
-        float vx[P];
-        load_slice<KT, P>(vr, lane, p.v_dim, vvec, vx);
-#pragma unroll
-        for (int hh = 0; hh < H; ++hh) {
-          if (hh >= hb) break;  // block-uniform
-          const float sc = gpu_shfl(my_s[hh], e0 + c);
-          // A head whose every score is masked skips its V loop in span_partial: acc stays 0.
-          if (mw[hh] == -INFINITY) continue;  // warp-uniform
-          const float pj = sc == -INFINITY ? 0.0f : expf(sc - mw[hh]);
-          lw[hh] += pj;
-#pragma unroll
-          for (int i = 0; i < P; ++i) acc[hh][i] = fmaf(pj, vx[i], acc[hh][i]);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int hh = 0; hh < H; ++hh) {
-    if (hh >= hb) break;
-    if (lane == 0) {
-      sm.wm[warp][hh] = mw[hh];
-      sm.wl[warp][hh] = lw[hh];
-    }
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int d = lane * P + i;
-      if (d < p.v_dim) sm.wacc[warp][hh * p.v_dim + d] = acc[hh][i];
-    }
-  }
-  __syncthreads();
-  // The warps' partials merge in warp order, head by head (span_partial's second half).
-  const int n = hb * p.v_dim;
-  for (int f = threadIdx.x; f < n; f += kThreads) {
-    const int hh = f / p.v_dim;
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm.wm[w][hh]);
-    float a = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w)
-      a = fmaf(sm.wacc[w][f], sm.wm[w][hh] == -INFINITY ? 0.0f : expf(sm.wm[w][hh] - m), a);
-    sm.pacc[f] = a;
-  }
-  if (threadIdx.x < hb) {
-    const int hh = threadIdx.x;
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm.wm[w][hh]);
-    float l = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w)
-      l = fmaf(sm.wl[w][hh], sm.wm[w][hh] == -INFINITY ? 0.0f : expf(sm.wm[w][hh] - m), l);
-    sm.pm[hh] = m;
-    sm.pl[hh] = l;
-  }
-  __syncthreads();
-  // Partials per (token, head) exactly where the one-head split launch puts them.
-  const std::int64_t pair0 = t * p.n_heads + h0;
-  const std::int64_t stride = p.v_dim + 2;
-  for (int f = threadIdx.x; f < n; f += kThreads) {
-    const int hh = f / p.v_dim, d = f % p.v_dim;
-    p.partials[((pair0 + hh) * p.n_spans + span) * stride + 2 + d] = sm.pacc[f];
-  }
-  if (threadIdx.x < hb) {
-    float* part = p.partials + ((pair0 + threadIdx.x) * p.n_spans + span) * stride;
-    part[0] = sm.pm[threadIdx.x];
-    part[1] = sm.pl[threadIdx.x];
-  }
-  __threadfence();  // the partials are visible device-wide before the counter says so
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int done = atomicAdd(p.counters + pair0, 1);  // the group's first head's counter
-    sm.last = done == static_cast<int>(z1 - z0);
-  }
-  __syncthreads();
-  if (!sm.last) return;
-  __threadfence();
-  if (threadIdx.x == 0) p.counters[pair0] = 0;  // ready for the next launch on this stream
-  // Thread tid merges elements tid, tid + kThreads, ... of the heads' outputs, spans in position
-  // order, kFetch spans' loads in flight together.
-  constexpr int kE = kGroupElems / kThreads;
-  constexpr int kFetch = 4;
-  float rm[kE], rl[kE], ra[kE];
-#pragma unroll
-  for (int e = 0; e < kE; ++e) {
-    rm[e] = -INFINITY;
-    rl[e] = ra[e] = 0.0f;
-  }
-  for (std::int64_t z = z0; z <= z1; z += kFetch) {
-    float m8[kFetch][kE], l8[kFetch][kE], a8[kFetch][kE];
-#pragma unroll
-    for (int c = 0; c < kFetch; ++c) {
-      const std::int64_t zz = z + c <= z1 ? z + c : z1;
-#pragma unroll
-      for (int e = 0; e < kE; ++e) {
-        const int f = threadIdx.x + e * kThreads;
-        const int hh = f < n ? f / p.v_dim : 0, d = f < n ? f % p.v_dim : 0;
-        const volatile float* pz = p.partials + ((pair0 + hh) * p.n_spans + zz) * stride;
-        m8[c][e] = pz[0];
-        l8[c][e] = pz[1];
-        a8[c][e] = pz[2 + d];
-      }
-    }
-#pragma unroll
-    for (int c = 0; c < kFetch; ++c)
-      if (z + c <= z1)
-#pragma unroll
-        for (int e = 0; e < kE; ++e) merge_one(rm[e], rl[e], ra[e], m8[c][e], l8[c][e], a8[c][e]);
-  }
-  T* o = static_cast<T*>(p.out) + t * p.out_stride + static_cast<std::int64_t>(h0) * p.v_dim;
-#pragma unroll
-  for (int e = 0; e < kE; ++e) {
-    const int f = threadIdx.x + e * kThreads;
-    if (f >= n) break;
-    const float inv = rl[e] > 0.0f ? 1.0f / rl[e] : 0.0f;
-    store(o, f, __fmul_rn(ra[e], inv), p.round);
-  }
-}
-
 // Elements per lane P: the smallest of 2, 4, 8 with 32 P >= the row (both launch shapes of one
 // model use the same P, so a token's output stays the same whichever shape ran).
 template <typename F>
@@ -605,26 +363,6 @@ struct Plan {
   std::int64_t n_spans = 0;
   std::size_t counter_bytes = 0, bytes = 0;
 };
-
-// MLXCEL_GPU_ATTN_GROUP=1: decode's split launch one block per span and group of query heads.
-bool group_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("MLXCEL_GPU_ATTN_GROUP");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
-// Query heads per grouped block: the largest divisor of the GQA group that fits the registers
-// (H * P <= 32 floats of q and of the V accumulator per lane) and the shared arrays; 1 = the
-// one-head launch.
-int heads_per_block(int group, int dim) {
-  const int p = dim <= 2 * MLXCEL_WARP_SIZE ? 2 : dim <= 4 * MLXCEL_WARP_SIZE ? 4 : 8;
-  const int cap = std::min({kMaxGroup, 32 / p, kGroupElems / dim});
-  for (int hb = cap; hb > 1; --hb)
-    if (group % hb == 0) return hb;
-  return 1;
-}
 
 bool split_enabled() {
   static const bool on = [] {
@@ -697,11 +435,6 @@ void attention(const backend::AttentionArgs& a, void* workspace, const Stream& s
   p.counters = pl.split ? static_cast<int*>(workspace) : nullptr;
   p.partials = pl.split ? reinterpret_cast<float*>(static_cast<char*>(workspace) + pl.counter_bytes)
                         : nullptr;
-  const int group = a.n_heads / kv.n_kv_heads;
-  p.heads_per_block = pl.split && group_enabled() && kv.dtype == a.q.dtype
-                          ? heads_per_block(group, std::max(kv.head_dim, kv.v_dim))
-                          : 1;
-  p.blocks_per_kv = group / p.heads_per_block;
   auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.q.dtype, "attention", [&](auto tag) {
     using A = decltype(tag);
@@ -709,24 +442,7 @@ void attention(const backend::AttentionArgs& a, void* workspace, const Stream& s
       using K = decltype(ktag);
       with_slice(std::max(kv.head_dim, kv.v_dim), [&](auto ptag) {
         constexpr int P = decltype(ptag)::value;
-        if (p.heads_per_block > 1) {
-          if constexpr (std::is_same_v<A, K>) {
-            const dim3 grid(static_cast<unsigned>(pl.n_spans),
-                            static_cast<unsigned>(kv.n_kv_heads * p.blocks_per_kv),
-                            static_cast<unsigned>(n_tok));
-            const auto launch = [&](auto htag) {
-              constexpr int H = decltype(htag)::value;
-              if constexpr (H * P <= 32)
-                attention_group_kernel<A, P, H><<<grid, kThreads, 0, st>>>(p);
-            };
-            if (p.heads_per_block <= 2)
-              launch(std::integral_constant<int, 2>{});
-            else if (p.heads_per_block <= 4)
-              launch(std::integral_constant<int, 4>{});
-            else
-              launch(std::integral_constant<int, 8>{});
-          }
-        } else if (pl.split) {
+        if (pl.split) {
           const dim3 grid(static_cast<unsigned>(pl.n_spans), static_cast<unsigned>(a.n_heads),
                           static_cast<unsigned>(n_tok));
           attention_split_kernel<A, K, P><<<grid, kThreads, 0, st>>>(p);

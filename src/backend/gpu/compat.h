@@ -127,8 +127,6 @@ constexpr gpuError_t gpuErrorNotReady = cudaErrorNotReady;
 #define gpuGraphLaunch cudaGraphLaunch
 #define gpuGraphExecDestroy cudaGraphExecDestroy
 #define gpuGraphDestroy cudaGraphDestroy
-#define gpuFuncSetMaxDynamicSmem(f, n) \
-  cudaFuncSetAttribute((f), cudaFuncAttributeMaxDynamicSharedMemorySize, (n))
 #define MLXCEL_GPU_VENDOR "cuda"
 
 #define MLXCEL_WARP_SIZE 32

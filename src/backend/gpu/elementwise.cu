@@ -1,6 +1,6 @@
 // Elementwise ops over strided activation rows: add and the gated activations (SwiGLU, GeGLU),
 // each rounding as the CPU backend does. Same source for CUDA and HIP.
-#include "backend/gpu/activation.cuh"
+#include "backend/backend.h"
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
 
@@ -8,6 +8,18 @@ namespace mlxcel::gpu {
 namespace {
 
 constexpr int kThreads = 256;
+
+// The gated activations' nonlinearity; products and sums spelled __fmul_rn / __fadd_rn so that
+// no compiler contraction decides the bits.
+__device__ __forceinline__ float activate(int act, float x) {
+  if (act == static_cast<int>(backend::Activation::kGeluApprox)) {
+    constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi), as nn.gelu_approx
+    const float x3 = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
+    const float t = tanhf(__fmul_rn(kC, __fadd_rn(x, x3)));
+    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
+  }
+  return x / (1.0f + expf(-x));
+}
 
 struct Rows {
   std::int64_t rows, cols, a_stride, b_stride, y_stride;

@@ -1,13 +1,14 @@
 // Linear y = round(x · Wᵀ + bias) for every weight format, dequantizing in-kernel with fp32
 // accumulation. Quantized weights with few rows (decode up to 64 rows, and expert-indexed MoE
 // rows): qgemv_kernel, batch invariant; affine 4-bit with bf16 / f16 activations on CUDA sm_80+
-// takes the tensor-core qgemv_mma (qgemv_mma.cu; qgemv_bulk.cu for 1-2 rows on sm_90 when
-// enabled) instead. Dense weights with few rows (M <= 8): a GEMV with one warp per output column
-// that streams each weight once for all rows (also the quantized path under MLXCEL_GPU_QGEMV=0).
+// takes the tensor-core qgemv_mma (qgemv_mma.cu) instead. Dense weights with few rows (M <= 8):
+// a GEMV with one warp per output column that streams each weight once for all rows (also the
+// quantized path under MLXCEL_GPU_QGEMV=0).
 // More rows (prefill): the matrix-unit GEMM (gemm_mma.cu: CUDA by default, HIP's WMMA under
 // MLXCEL_GPU_GEMM_MMA=1), else a 64x64 tiled SIMT GEMM over 32-wide K slices staged through
-// shared memory. Every kernel stores through store_lin (the accumulate fusion); the fused input
-// norm runs inside qgemv_bulk or as its own rms_norm launch first. Same source for CUDA and HIP.
+// shared memory. Every kernel stores through store_lin (the accumulate fusion); a fused input
+// norm is its own rms_norm launch first and a gated activation its own launch after. Same
+// source for CUDA and HIP.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -530,40 +531,10 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
                ErrorCategory::kInternal, "gpu linear: gated output shape");
   dispatch_act(a.x.dtype, "linear", [&](auto tag) {
     using T = decltype(tag);
-    // The fusions (input norm, gated activation) inside the decode GEMV where qgemv_bulk takes
-    // the matrix (decode rows, affine 4-bit), else as their own kernels around the plain
-    // linear: the same bits either way. MLXCEL_GPU_FUSED_NORM / _GATED = 0 keep them separate
-    // (measuring knobs).
-    static const bool fuse_norm = env_int("MLXCEL_GPU_FUSED_NORM", 1) != 0;
-    static const bool fuse_gated = env_int("MLXCEL_GPU_FUSED_GATED", 1) != 0;
-    const bool try_norm = a.norm_weight && fuse_norm, try_gated = a.gated && fuse_gated;
-    bool normed = false;
-    if (a.norm_weight && !try_norm) {
-      rms_norm({a.norm_src, a.norm_weight, a.norm_eps, a.x, a.round, 1}, s);
-      normed = true;
-    }
-    if ((try_norm || try_gated) && fmt == kAffine4 && rows <= kQgemvMaxRows && qgemv_enabled()) {
-      LinParams q = p;
-      if (try_norm) {
-        q.norm_src = a.norm_src.data;
-        q.norm_stride = a.norm_src.stride;
-        q.norm_w = a.norm_weight;
-        q.norm_eps = a.norm_eps;
-      }
-      if (try_gated) {
-        q.gated_out = a.gated_out.data;
-        q.gated_stride = a.gated_out.stride;
-        q.gated_act = static_cast<int>(a.gated_act);
-      }
-      if (qgemv_aligned<T, kAffine4>(q) && qgemv_mma<T>(q, s)) {
-        if (a.gated && !try_gated)
-          gated_activation({a.gated_act, a.y.sub(0, m.n / 2), a.y.sub(m.n / 2, m.n / 2),
-                            a.gated_out, a.round}, s);
-        return;
-      }
-    }
-    if (a.norm_weight && !normed)
-      rms_norm({a.norm_src, a.norm_weight, a.norm_eps, a.x, a.round, 1}, s);
+    // The fused input norm and gated activation run as their own kernels around the product
+    // (no GEMV takes them in its prologue / epilogue: run 26 measured one that did, fed by bulk
+    // copies, at 0.6x the plain kernel's speed; see dev/NOTES.md).
+    if (a.norm_weight) rms_norm({a.norm_src, a.norm_weight, a.norm_eps, a.x, a.round, 1}, s);
     launch_fmt<T>(fmt, p, gemm, s);
     if (a.gated)
       gated_activation({a.gated_act, a.y.sub(0, m.n / 2), a.y.sub(m.n / 2, m.n / 2), a.gated_out,

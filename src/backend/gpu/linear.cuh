@@ -19,17 +19,6 @@ struct LinParams {
   std::int64_t row_block0 = 0;  // GEMV: the first row block of this launch (grid.y <= 65,535)
   int round = 0;
   bool accumulate = false;  // y = round(y + round(x · Wᵀ + bias)) (backend::LinearArgs)
-  // The input norm fused into the GEMV (qgemv_bulk only; linear.cu runs rms_norm first for every
-  // other kernel): x = rms_norm(norm_src) with norm_w, written to x by the kernel.
-  const void* norm_src = nullptr;
-  std::int64_t norm_stride = 0;
-  const float* norm_w = nullptr;
-  float norm_eps = 0.0f;
-  // The gated activation fused into a [gate; up] GEMV (qgemv_bulk only): gated_out =
-  // round(round(act(g)) * u) instead of y.
-  void* gated_out = nullptr;
-  std::int64_t gated_stride = 0;
-  int gated_act = 0;
 };
 
 // Output (row-major index i, column n) = round(v + bias[n]); accumulating, y[i] = round(y[i] +

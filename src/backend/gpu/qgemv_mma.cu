@@ -34,18 +34,47 @@
 
 #include "backend/gpu/linear.cuh"
 #include "backend/gpu/mma.cuh"
-#include "backend/gpu/qgemv_mma.cuh"
 
 namespace mlxcel::gpu {
 
 #if defined(MLXCEL_GPU_CUDA)
 namespace {
 
-using namespace qmma;
-
+constexpr int kWarps = 8;  // warps per block
 constexpr int kThreads = kWarps * MLXCEL_WARP_SIZE;
 constexpr int kRows = 8;                     // activation rows per block: the mma's N
+constexpr int kTileCols = 16;                // output columns per warp: the mma's M
 constexpr std::int64_t kTargetWarps = 2048;  // ~16 warps per SM on a 132-SM H200
+
+struct MmaParams {
+  LinParams p;
+  int ks = 1;                   // warps per column tile, splitting the groups of K
+  std::int64_t groups = 0;      // groups per row: k / group_size
+  std::int64_t col_block0 = 0;  // the first column block of this launch
+};
+
+// The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
+// mantissa bits reads as off + c, exactly.
+template <typename T>
+struct Magic;
+template <>
+struct Magic<bf16> {
+  static constexpr std::uint32_t kPair = 0x43004300u;  // (128, 128)
+  static constexpr std::uint32_t kOnes = 0x3F803F80u;  // (1, 1)
+  static constexpr float kOff = 128.0f;
+};
+template <>
+struct Magic<f16> {
+  static constexpr std::uint32_t kPair = 0x64006400u;  // (1024, 1024)
+  static constexpr std::uint32_t kOnes = 0x3C003C00u;  // (1, 1)
+  static constexpr float kOff = 1024.0f;
+};
+
+// Codes i and i + 4 of a packed word as the pair (off + c_i, off + c_{i+4}).
+template <typename T>
+__device__ __forceinline__ std::uint32_t code_pair(std::uint32_t w, int i) {
+  return ((w >> (4 * i)) & 0x000F000Fu) | Magic<T>::kPair;
+}
 
 // `n` 32-bit words from 4 * n aligned bytes in one load (n = 1, 2 or 4).
 template <int N>
@@ -200,6 +229,14 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_kernel(MmaParams mp) {
   lw.finish(mp, acc, red);
 }
 
+// Element i (0 or 1) of a 4-byte word of two 16-bit scale codes (code 1: bf16, 2: f16).
+__device__ __forceinline__ float code_value(std::uint32_t word, int code, std::int64_t i) {
+  if (code == 0) return __uint_as_float(word);
+  const std::uint32_t h = (i & 1) ? word >> 16 : word & 0xFFFFu;
+  return code == 1 ? __uint_as_float(h << 16)
+                   : f16::from_bits(static_cast<std::uint16_t>(h)).to_float();
+}
+
 // --- One group per lane ----------------------------------------------------------------------
 // Lane t of a quad holds a whole group of its two rows (group 4c + t of chunk c: 16 or 32
 // contiguous bytes per row, so a quad reads 64 or 128 contiguous bytes of a row) and the mma's N
@@ -210,7 +247,14 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_kernel(MmaParams mp) {
 // groups 4c + j over the chunks c in order (j = 0..3 in four accumulators), then
 // (j0 + j1) + (j2 + j3), then the K slices in warp order: fixed by the matrix, never the batch.
 // NP mma column sets of 2 rows each (1 for 1-2 rows and expert-indexed rows, else 2).
-template <typename T, int WPL, int NP>
+template <int GW>
+struct ChunkLoad {
+  std::uint32_t ra[GW], rb[GW];  // code words of rows na, nb
+  std::uint32_t sw[8];           // f32: s_a, b_a, s_b, b_b pairs; 16-bit codes: 4 words
+};
+
+// PF: chunk c + 1 loaded while chunk c is computed (MLXCEL_GPU_QGEMV_MMA_PREFETCH=1).
+template <typename T, int WPL, int NP, bool PF>
 __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
@@ -253,43 +297,62 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
     for (int i = 0; i < 4; ++i) acc[q][i] = 0.0f;
   const std::uint32_t ones[4] = {Magic<T>::kOnes, Magic<T>::kOnes, Magic<T>::kOnes,
                                  Magic<T>::kOnes};
-  for (std::int64_t c = c_begin; c < c_end; ++c) {
-    const std::int64_t grp = 4 * c + t;  // this lane's group
-    const bool valid = grp < G;
-    const std::int64_t gl = valid ? grp : G - 1;  // clamped: its B is zero
-    std::uint32_t ra[GW], rb[GW];
+  // A chunk's loads: this lane's group of rows na and nb, and the raw scale / bias words of rows
+  // na, nb for groups 4c + j0, 4c + j0 + 1 (G is even: the pair is one aligned 4-byte word of
+  // 16-bit codes, or 8 bytes of f32), decoded only where they are used so that a chunk loaded
+  // ahead does not wait for its own loads.
+  auto load_chunk = [&](std::int64_t c, ChunkLoad<GW>& l) {
+    const std::int64_t grp = 4 * c + t;
+    const std::int64_t gl = grp < G ? grp : G - 1;  // clamped: its B is zero
 #pragma unroll
     for (int i = 0; i < GW / 4; ++i) {
       const uint4 va = reinterpret_cast<const uint4*>(wa + gl * GW)[i];
       const uint4 vb = reinterpret_cast<const uint4*>(wb + gl * GW)[i];
-      ra[4 * i] = va.x, ra[4 * i + 1] = va.y, ra[4 * i + 2] = va.z, ra[4 * i + 3] = va.w;
-      rb[4 * i] = vb.x, rb[4 * i + 1] = vb.y, rb[4 * i + 2] = vb.z, rb[4 * i + 3] = vb.w;
+      l.ra[4 * i] = va.x, l.ra[4 * i + 1] = va.y, l.ra[4 * i + 2] = va.z, l.ra[4 * i + 3] = va.w;
+      l.rb[4 * i] = vb.x, l.rb[4 * i + 1] = vb.y, l.rb[4 * i + 2] = vb.z, l.rb[4 * i + 3] = vb.w;
     }
-    // Scales and biases of rows na, nb for groups 4c + j0, 4c + j0 + 1 (G is even: the pair is
-    // one aligned 4-byte word of 16-bit codes, or 8 bytes of f32).
     std::int64_t sg = 4 * c + j0;
     if (sg > G - 2) sg = G - 2;
-    float s_a[2], b_a[2], s_b[2], b_b[2];
     if (code == 0) {
-      const float2 x0 =
-          *reinterpret_cast<const float2*>(static_cast<const float*>(wp.scales) + na * G + sg);
-      const float2 x1 =
-          *reinterpret_cast<const float2*>(static_cast<const float*>(wp.biases) + na * G + sg);
-      const float2 x2 =
-          *reinterpret_cast<const float2*>(static_cast<const float*>(wp.scales) + nb * G + sg);
-      const float2 x3 =
-          *reinterpret_cast<const float2*>(static_cast<const float*>(wp.biases) + nb * G + sg);
-      s_a[0] = x0.x, s_a[1] = x0.y, b_a[0] = x1.x, b_a[1] = x1.y;
-      s_b[0] = x2.x, s_b[1] = x2.y, b_b[0] = x3.x, b_b[1] = x3.y;
+      const float* sc = static_cast<const float*>(wp.scales);
+      const float* bi = static_cast<const float*>(wp.biases);
+      const uint2 x0 = *reinterpret_cast<const uint2*>(sc + na * G + sg);
+      const uint2 x1 = *reinterpret_cast<const uint2*>(bi + na * G + sg);
+      const uint2 x2 = *reinterpret_cast<const uint2*>(sc + nb * G + sg);
+      const uint2 x3 = *reinterpret_cast<const uint2*>(bi + nb * G + sg);
+      l.sw[0] = x0.x, l.sw[1] = x0.y, l.sw[2] = x1.x, l.sw[3] = x1.y;
+      l.sw[4] = x2.x, l.sw[5] = x2.y, l.sw[6] = x3.x, l.sw[7] = x3.y;
     } else {
       const std::uint32_t w0 = static_cast<const std::uint32_t*>(wp.scales)[(na * G + sg) / 2];
       const std::uint32_t w1 = static_cast<const std::uint32_t*>(wp.biases)[(na * G + sg) / 2];
       const std::uint32_t w2 = static_cast<const std::uint32_t*>(wp.scales)[(nb * G + sg) / 2];
       const std::uint32_t w3 = static_cast<const std::uint32_t*>(wp.biases)[(nb * G + sg) / 2];
-      s_a[0] = code_value(w0, code, 0), s_a[1] = code_value(w0, code, 1);
-      b_a[0] = code_value(w1, code, 0), b_a[1] = code_value(w1, code, 1);
-      s_b[0] = code_value(w2, code, 0), s_b[1] = code_value(w2, code, 1);
-      b_b[0] = code_value(w3, code, 0), b_b[1] = code_value(w3, code, 1);
+      if constexpr (PF) {
+        l.sw[0] = w0, l.sw[1] = w1, l.sw[2] = w2, l.sw[3] = w3;
+      } else {  // decoded here, as f32 bits: fewer registers live (84 against 100)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          l.sw[u] = __float_as_uint(code_value(w0, code, u));
+          l.sw[2 + u] = __float_as_uint(code_value(w1, code, u));
+          l.sw[4 + u] = __float_as_uint(code_value(w2, code, u));
+          l.sw[6 + u] = __float_as_uint(code_value(w3, code, u));
+        }
+      }
+    }
+  };
+  auto apply_chunk = [&](std::int64_t c, const ChunkLoad<GW>& l) {
+    const std::int64_t grp = 4 * c + t;  // this lane's group
+    const bool valid = grp < G;
+    float s_a[2], b_a[2], s_b[2], b_b[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      if (!PF || code == 0) {
+        s_a[u] = __uint_as_float(l.sw[u]), b_a[u] = __uint_as_float(l.sw[2 + u]);
+        s_b[u] = __uint_as_float(l.sw[4 + u]), b_b[u] = __uint_as_float(l.sw[6 + u]);
+      } else {
+        s_a[u] = code_value(l.sw[0], code, u), b_a[u] = code_value(l.sw[1], code, u);
+        s_b[u] = code_value(l.sw[2], code, u), b_b[u] = code_value(l.sw[3], code, u);
+      }
     }
     float d[NP][4], e[NP][4];
 #pragma unroll
@@ -305,8 +368,9 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
                                   : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const std::uint32_t a[4] = {code_pair<T>(ra[w], 2 * h), code_pair<T>(rb[w], 2 * h),
-                                    code_pair<T>(ra[w], 2 * h + 1), code_pair<T>(rb[w], 2 * h + 1)};
+        const std::uint32_t a[4] = {code_pair<T>(l.ra[w], 2 * h), code_pair<T>(l.rb[w], 2 * h),
+                                    code_pair<T>(l.ra[w], 2 * h + 1),
+                                    code_pair<T>(l.rb[w], 2 * h + 1)};
 #pragma unroll
         for (int q = 0; q < NP; ++q) {
           const std::uint32_t lo = h ? xv[q].y : xv[q].x, hi = h ? xv[q].w : xv[q].z;
@@ -327,30 +391,67 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
         acc[q][2 + u] = fmaf(s_b[u], d[q][2 + u],
                              fmaf(b_b[u] - Magic<T>::kOff * s_b[u], e[q][u], acc[q][2 + u]));
       }
+  };
+  if constexpr (PF) {
+    // Chunk c + 1's loads in flight while chunk c is computed (the last one reloads itself:
+    // no branch, an L2 hit). Only the load timing differs, so the bits are the same.
+    ChunkLoad<GW> cur;
+    if (c_begin < c_end) load_chunk(c_begin, cur);
+    for (std::int64_t c = c_begin; c < c_end; ++c) {
+      ChunkLoad<GW> next;
+      load_chunk(c + 1 < c_end ? c + 1 : c, next);
+      apply_chunk(c, cur);
+      cur = next;
+    }
+  } else {
+    for (std::int64_t c = c_begin; c < c_end; ++c) {
+      ChunkLoad<GW> cur;
+      load_chunk(c, cur);
+      apply_chunk(c, cur);
+    }
   }
-  fold_groups<NP>(acc, red, warp, lane);
+  // Per row: (j0 + j1) of the even lane t, then + (j2 + j3) of its odd partner.
+#pragma unroll
+  for (int q = 0; q < NP; ++q)
+#pragma unroll
+    for (int r2 = 0; r2 < 2; ++r2) {
+      const float own = acc[q][2 * r2] + acc[q][2 * r2 + 1];
+      const float other = gpu_shfl_xor(own, 1);
+      const float v = (t % 2 == 0) ? own + other : other + own;
+      red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane] = v;
+    }
   __syncthreads();
   if (kw != 0 || t % 2 != 0) return;
-  sum_slices_store<T, NP>(p, mp.ks, red, warp, lane, n0, m0, mc, n_last);
+#pragma unroll
+  for (int q = 0; q < NP; ++q)
+#pragma unroll
+    for (int r2 = 0; r2 < 2; ++r2) {
+      float v = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+      for (int w = 1; w < mp.ks; ++w)
+        v += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+      const int row = 2 * q + t / 2;
+      const std::int64_t n = n0 + g + 8 * r2;
+      if (row < mc && n <= n_last)
+        store_lin<T>(p, (m0 + row) * p.y_stride + n, n, v);
+    }
 }
 
 // Warps per column tile: the fewest that give kTargetWarps warps in all, keeping >= 2 groups per
 // warp. Depends on the matrix only (batch invariance). MLXCEL_GPU_QGEMV_MMA_KS = 1, 2, 4 or 8
 // forces one (a measuring knob).
-}  // namespace
-
-int qmma::choose_ks(std::int64_t tiles, std::int64_t groups) {
+int choose_ks(std::int64_t tiles, std::int64_t groups) {
   static const int forced = [] {
     const int k = env_int("MLXCEL_GPU_QGEMV_MMA_KS", 0);
     return k == 1 || k == 2 || k == 4 || k == 8 ? k : 0;
   }();
   if (forced) return forced;
   int ks = 1;
-  while (ks < kWarps && tiles * ks < kTargetWarps && groups / (2 * ks) >= 2) ks *= 2;
+  // MLXCEL_GPU_QGEMV_TARGET_WARPS: another target (a measuring knob; per process, so batch
+  // invariance holds).
+  static const std::int64_t target = env_int("MLXCEL_GPU_QGEMV_TARGET_WARPS", kTargetWarps);
+  while (ks < kWarps && tiles * ks < target && groups / (2 * ks) >= 2) ks *= 2;
   return ks;
 }
-
-namespace {
 
 // Column blocks go in y, at most 65,535 per launch (a 262k vocabulary has more).
 template <typename Kernel>
@@ -386,10 +487,6 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
     mp.ks = choose_ks(tiles, mp.groups);
     if (one_group_per_lane)
       while (mp.ks > (mp.groups + 3) / 4) mp.ks /= 2;  // at most one warp per 4-group chunk
-    // A fused input norm or gated activation: only the bulk kernel runs them (false: the caller
-    // runs them as their own kernels).
-    if (p.norm_w || p.gated_out)
-      return one_group_per_lane && !p.experts && qgemv_bulk<T>(mp, s);
     const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
     if (one_group_per_lane) {
       // Column sets per block: 1 at 1-2 rows (and expert-indexed rows), else 2. Each row's
@@ -398,15 +495,20 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       // registers); capping registers at batch 1 lost: 4 blocks per SM (64 registers, 96 B
       // spilled) 236 -> 211 tok/s, 3 blocks (80, 16 B spilled) 239 -> 230 (runs 22-23).
       const int np = p.experts || p.m <= 2 ? 1 : 2;
-      // sm_90 (MLXCEL_GPU_QGEMV_BULK=1): the same arithmetic with the weights streamed by bulk
-      // copies, and each stage reused for up to 8 rows.
-      if (qgemv_bulk<T>(mp, s)) return true;
       const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
+      // MLXCEL_GPU_QGEMV_MMA_PREFETCH=1: each lane loads its next chunk before computing the
+      // current one (the same bits; off until measured).
+      static const bool prefetch = env_int("MLXCEL_GPU_QGEMV_MMA_PREFETCH", 0) != 0;
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;
         if (np == 2)
-          return launch_grid(qgemv_mma_gpl_kernel<T, W, 2>, mp, col_blocks, row_blocks, st);
-        launch_grid(qgemv_mma_gpl_kernel<T, W, 1>, mp, col_blocks, row_blocks, st);
+          return prefetch
+                     ? launch_grid(qgemv_mma_gpl_kernel<T, W, 2, true>, mp, col_blocks, row_blocks, st)
+                     : launch_grid(qgemv_mma_gpl_kernel<T, W, 2, false>, mp, col_blocks, row_blocks,
+                                   st);
+        if (prefetch)
+          return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true>, mp, col_blocks, row_blocks, st);
+        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false>, mp, col_blocks, row_blocks, st);
       };
       if (gs == 32)
         by_np(std::integral_constant<int, 1>{});

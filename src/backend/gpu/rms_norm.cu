@@ -7,7 +7,6 @@
 #include "backend/gpu/compat.h"
 #include "backend/gpu/kernels.h"
 #include "backend/gpu/reduce.cuh"
-#include "backend/gpu/rms_norm.cuh"
 #include "backend/gpu/rms_norm.h"
 
 namespace mlxcel::gpu {
@@ -121,14 +120,13 @@ namespace {
 // A thread keeps its first kHeld elements of the row in registers between the sum of squares and
 // the scaling (loaded unconditionally from a clamped index, so all are in flight at once); rows
 // longer than kHeld * B continue in a loop. The rolled loops these replace waited one memory round
-// trip per element: 15 us for one 4096-wide row on the H200 (run 16). The summation order is
-// rms_norm.cuh's (qgemv_bulk's fused norm reproduces it).
-constexpr int kHeld = kNormHeld;
+// trip per element: 15 us for one 4096-wide row on the H200 (run 16). B = 256 threads per row up
+// to 2,048 columns, else 1,024 (a 4096-wide row in 4 loads per thread).
+constexpr int kHeld = 8;
 
-// Threads per row: norm_threads(cols).
 template <typename F>
 void with_block(std::int64_t cols, F&& f) {
-  if (norm_threads(cols) == 256) {
+  if (cols <= 2048) {
     f(std::integral_constant<int, 256>{});
   } else {
     f(std::integral_constant<int, 1024>{});

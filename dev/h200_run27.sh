@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Session 12's second call (run 26 ran on an H100: see dev/NOTES.md). Against run 25's binary
+# (.gpu/mlxcel-base.xz) the new one has: the decoder fusions (o / down / MoE combine add into the
+# residual in their epilogue; run 26: 0.6B +5 %, 30B +5 %, 8B +0.5 %), the one-pass greedy
+# sampler on by default with 16-byte loads (run 26: 75 -> 35 us with 2-byte loads; prediction
+# <= 8 us), qgemv_bulk and the grouped attention removed (run 26: 0.6x and 0.9x).
+# Prediction (default switches, against base in this call): 8B +1-2 %, 0.6B +6-8 %, 30B +5-6 %.
+# MLXCEL_GPU_QGEMV_MMA_PREFETCH=1: the group-per-lane GEMV loads each lane's next chunk (codes and
+# scale words) before computing the current one: twice the bytes in flight per warp, 84 -> 128
+# registers (3 -> 2 blocks per SM) at one row. Prediction: 8B +8 % (gate_up -15 %), 0.6B +3 %.
+# Then data for the next GEMV design: the K split (warps per tile forced to 1 / 4, the warp
+# target 4096 / 8192 instead of 2048) on the 8B, and ncu --set full of the group-per-lane GEMV on
+# gate_up and down with their SASS stall samples.
+RUN=27
+BUDGET_S=${BUDGET_S:-400}
+source dev/h200_lib.sh
+unxz_to() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2" && chmod +x "$2"; }
+unxz_to .gpu/mlxcel-base.xz /tmp/mlxcel-base
+unxz_to .gpu/test_backend_ops.xz .gpu/test_backend_ops
+PF=MLXCEL_GPU_QGEMV_MMA_PREFETCH=1
+run_tests
+run_tests $PF
+timeout 120 .gpu/mlxcel selftest --device gpu > "$R/selftest.log" 2>&1
+log "selftest rc=$? $(tail -1 "$R/selftest.log")"
+synth_all
+for m in llama-3.1-8b:8b qwen3-0.6b:0.6b qwen3-30b-a3b:30b; do
+  b ${m#*:} .gpu/mlxcel ${m%:*} 1 3
+  b ${m#*:}-base /tmp/mlxcel-base ${m%:*} 1 3
+done
+b 8b-pf .gpu/mlxcel llama-3.1-8b 1 3 $PF
+b 0.6b-pf .gpu/mlxcel qwen3-0.6b 1 3 $PF
+b 30b-pf .gpu/mlxcel qwen3-30b-a3b 1 3 $PF
+b 8b-tw4096 .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_QGEMV_TARGET_WARPS=4096
+b 8b-tw8192 .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_QGEMV_TARGET_WARPS=8192
+b 8b-pf-tw4096 .gpu/mlxcel llama-3.1-8b 1 3 $PF MLXCEL_GPU_QGEMV_TARGET_WARPS=4096
+b 8b-ks1 .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_QGEMV_MMA_KS=1
+b 8b-ks4 .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_QGEMV_MMA_KS=4
+b 8b-b16 .gpu/mlxcel llama-3.1-8b 16 1
+b 8b-b16-pf .gpu/mlxcel llama-3.1-8b 16 1 $PF
+ncu_step 8b llama-3.1-8b 1
+ncu_step 8b-pf llama-3.1-8b 1 $PF
+# One decode step's gate_up and down (a 64-token prefill also runs the GEMV: 129 launches).
+ncu_k gpl-gate_up qgemv_mma_gpl 131 64 4
+ncu_k gpl-down qgemv_mma_gpl 132 64 4
+pack
+log "end"
