@@ -117,6 +117,30 @@ __device__ __forceinline__ void load_slice(const KT* row, int lane, int n, bool 
   }
 }
 
+// load_slice's elements left in the cache dtype (converted where used), so that a warp's 8 K and
+// 8 V slices can all be in flight at once in few registers (PF below).
+template <typename KT, int P>
+struct RawSlice {
+  KT v[P];
+};
+template <typename KT, int P>
+__device__ __forceinline__ RawSlice<KT, P> load_raw(const KT* row, int lane, int n, bool vec) {
+  const int d0 = lane * P;
+  RawSlice<KT, P> r;
+  if (vec && d0 + P <= n) {
+    struct alignas(P * sizeof(KT) >= 16 ? 16 : P * sizeof(KT)) Slice {
+      KT v[P];
+    };
+    const Slice sl = *reinterpret_cast<const Slice*>(row + d0);
+#pragma unroll
+    for (int i = 0; i < P; ++i) r.v[i] = sl.v[i];
+  } else {
+#pragma unroll
+    for (int i = 0; i < P; ++i) r.v[i] = row[d0 + i < n ? d0 + i : n - 1];
+  }
+  return r;
+}
+
 // The span's partial into sm.pm / sm.pl / sm.pacc (all threads call it; ends synchronized).
 // Lane l holds elements [l * P, l * P + P) of q, of each K row and of the V accumulator, with P
 // the smallest of 2, 4, 8 covering the row in one warp (4 for head_dim 128: one 8-byte load per
@@ -124,7 +148,11 @@ __device__ __forceinline__ void load_slice(const KT* row, int lane, int n, bool 
 // half when P was fixed at 8). Every load is unconditional (masked keys read key pos), so a
 // chunk's kChunk K rows (then V rows) are in flight at once instead of one dependent load chain
 // per key.
-template <typename KT, int P>
+// PF (MLXCEL_GPU_ATTN_PREFETCH=1, decode's split launch, 2-byte caches with P <= 4): the warp's
+// 8 K slices and 8 V slices are loaded together before any score, one memory round trip instead
+// of four (two K chunks, two V chunks); the arithmetic and its order are unchanged, so are the
+// bits.
+template <typename KT, int P, bool PF = false>
 __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
                              std::int64_t span) {
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
@@ -154,47 +182,79 @@ __device__ void span_partial(const AttnParams& p, Smem& sm, const TokenHead& th,
   // (chunks of 4, 8 and 16 keys measured the same on the H200, run 19).
   // Lane e keeps key e's score (masked: -inf); the V loop fetches it with a shuffle.
   float mw = -INFINITY, my_s = -INFINITY;
-#pragma unroll 1
-  for (int e0 = 0; e0 < kKeysPerWarp; e0 += kChunk) {
-    float s[kChunk];
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      const KT* kr = reinterpret_cast<const KT*>(p.base + sm.kofs[k0 + e0 + c]);
-      // Unconditional (clamped) loads: beyond head_dim qr is 0. Predicated loads made the
-      // compiler reuse one register, so every load waited for the one before (run 15's SASS).
-      float kx[P];
-      load_slice<KT, P>(kr, lane, p.head_dim, kvec, kx);
-      float dot = 0.0f;
-#pragma unroll
-      for (int i = 0; i < P; ++i) dot = fmaf(qr[i], kx[i], dot);
-      s[c] = dot;
-    }
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      const std::int64_t j = j0 + e0 + c;
-      float v = warp_sum(s[c]);
-      if (j < th.first || j > th.pos) v = -INFINITY;
-      mw = fmaxf(mw, v);
-      if (lane == e0 + c) my_s = v;
-    }
-  }
   float lw = 0.0f;
   float acc[P];
 #pragma unroll
   for (int i = 0; i < P; ++i) acc[i] = 0.0f;
-  if (mw != -INFINITY) {  // warp-uniform
-#pragma unroll 1
-    for (int e0 = 0; e0 < kKeysPerWarp; e0 += kChunk) {
+  if constexpr (PF) {
+    RawSlice<KT, P> kr[kKeysPerWarp], vr[kKeysPerWarp];
 #pragma unroll
-      for (int c = 0; c < kChunk; ++c) {
-        const float sc = gpu_shfl(my_s, e0 + c);
+    for (int e = 0; e < kKeysPerWarp; ++e) {
+      kr[e] = load_raw<KT, P>(reinterpret_cast<const KT*>(p.base + sm.kofs[k0 + e]), lane,
+                              p.head_dim, kvec);
+      vr[e] = load_raw<KT, P>(reinterpret_cast<const KT*>(p.base + sm.vofs[k0 + e]), lane,
+                              p.v_dim, vvec);
+    }
+#pragma unroll
+    for (int e = 0; e < kKeysPerWarp; ++e) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < P; ++i) dot = fmaf(qr[i], to_f32(kr[e].v[i]), dot);
+      const std::int64_t j = j0 + e;
+      float v = warp_sum(dot);
+      if (j < th.first || j > th.pos) v = -INFINITY;
+      mw = fmaxf(mw, v);
+      if (lane == e) my_s = v;
+    }
+    if (mw != -INFINITY) {  // warp-uniform
+#pragma unroll
+      for (int e = 0; e < kKeysPerWarp; ++e) {
+        const float sc = gpu_shfl(my_s, e);
         const float pj = sc == -INFINITY ? 0.0f : expf(sc - mw);
         lw += pj;
-        const KT* vr = reinterpret_cast<const KT*>(p.base + sm.vofs[k0 + e0 + c]);
-        float vx[P];  // clamped like K; acc beyond v_dim is never stored
-        load_slice<KT, P>(vr, lane, p.v_dim, vvec, vx);
 #pragma unroll
-        for (int i = 0; i < P; ++i) acc[i] = fmaf(pj, vx[i], acc[i]);
+        for (int i = 0; i < P; ++i) acc[i] = fmaf(pj, to_f32(vr[e].v[i]), acc[i]);
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int e0 = 0; e0 < kKeysPerWarp; e0 += kChunk) {
+      float s[kChunk];
+#pragma unroll
+      for (int c = 0; c < kChunk; ++c) {
+        const KT* kr = reinterpret_cast<const KT*>(p.base + sm.kofs[k0 + e0 + c]);
+        // Unconditional (clamped) loads: beyond head_dim qr is 0. Predicated loads made the
+        // compiler reuse one register, so every load waited for the one before (run 15's SASS).
+        float kx[P];
+        load_slice<KT, P>(kr, lane, p.head_dim, kvec, kx);
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < P; ++i) dot = fmaf(qr[i], kx[i], dot);
+        s[c] = dot;
+      }
+#pragma unroll
+      for (int c = 0; c < kChunk; ++c) {
+        const std::int64_t j = j0 + e0 + c;
+        float v = warp_sum(s[c]);
+        if (j < th.first || j > th.pos) v = -INFINITY;
+        mw = fmaxf(mw, v);
+        if (lane == e0 + c) my_s = v;
+      }
+    }
+    if (mw != -INFINITY) {  // warp-uniform
+#pragma unroll 1
+      for (int e0 = 0; e0 < kKeysPerWarp; e0 += kChunk) {
+#pragma unroll
+        for (int c = 0; c < kChunk; ++c) {
+          const float sc = gpu_shfl(my_s, e0 + c);
+          const float pj = sc == -INFINITY ? 0.0f : expf(sc - mw);
+          lw += pj;
+          const KT* vr = reinterpret_cast<const KT*>(p.base + sm.vofs[k0 + e0 + c]);
+          float vx[P];  // clamped like K; acc beyond v_dim is never stored
+          load_slice<KT, P>(vr, lane, p.v_dim, vvec, vx);
+#pragma unroll
+          for (int i = 0; i < P; ++i) acc[i] = fmaf(pj, vx[i], acc[i]);
+        }
       }
     }
   }
@@ -295,7 +355,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
 }
 
 // grid (n_spans, n_heads, T): one block per (span, head, token); the last to finish merges.
-template <typename T, typename KT, int P>
+template <typename T, typename KT, int P, bool PF>
 __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p) {
   __shared__ Smem sm;
   const std::int64_t span = blockIdx.x, t = blockIdx.z;
@@ -305,7 +365,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p)
   if (span < z0 || span > z1) return;  // block-uniform, before any barrier
   load_q<T>(p, sm, t, h);
   __syncthreads();
-  span_partial<KT, P>(p, sm, th, span);
+  span_partial<KT, P, PF>(p, sm, th, span);
   const std::int64_t pair = t * p.n_heads + h;
   const std::int64_t stride = p.v_dim + 2;
   float* part = p.partials + (pair * p.n_spans + span) * stride;
@@ -445,7 +505,16 @@ void attention(const backend::AttentionArgs& a, void* workspace, const Stream& s
         if (pl.split) {
           const dim3 grid(static_cast<unsigned>(pl.n_spans), static_cast<unsigned>(a.n_heads),
                           static_cast<unsigned>(n_tok));
-          attention_split_kernel<A, K, P><<<grid, kThreads, 0, st>>>(p);
+          // MLXCEL_GPU_ATTN_PREFETCH=1: all of a warp's K and V slices in flight at once
+          // (2-byte caches up to head_dim 128; off until measured).
+          static const bool prefetch = env_int("MLXCEL_GPU_ATTN_PREFETCH", 0) != 0;
+          if constexpr (sizeof(K) * P <= 8) {
+            if (prefetch) {
+              attention_split_kernel<A, K, P, true><<<grid, kThreads, 0, st>>>(p);
+              return;
+            }
+          }
+          attention_split_kernel<A, K, P, false><<<grid, kThreads, 0, st>>>(p);
         } else {
           const dim3 grid(static_cast<unsigned>(n_tok), static_cast<unsigned>(a.n_heads));
           attention_kernel<A, K, P><<<grid, kThreads, 0, st>>>(p);
