@@ -37,6 +37,7 @@ synth_all() {
 b() {
   local tag=$1 bin=$2 model=$3 batch=$4 rep=$5
   shift 5
+  late "bench $tag" && return
   env "$@" timeout 150 "$bin" bench -m "$S/$model" -p 512 -g 128 -r "$rep" --batch "$batch" \
     --device gpu --csv "$CSV" > "$R/bench-$tag.log" 2>&1
   log "bench $tag rc=$? $(grep -E '^\| (pp|tg)' "$R/bench-$tag.log" | tr -s ' ' | tr '\n' ' ')"
