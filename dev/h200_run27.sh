@@ -30,16 +30,13 @@ synth_all
 for m in llama-3.1-8b:8b qwen3-0.6b:0.6b qwen3-30b-a3b:30b; do
   b ${m#*:} .gpu/mlxcel ${m%:*} 1 3
   b ${m#*:}-base /tmp/mlxcel-base ${m%:*} 1 3
+  b ${m#*:}-pf .gpu/mlxcel ${m%:*} 1 3 $PF
+  [ ${m#*:} != 30b ] && b ${m#*:}-apf .gpu/mlxcel ${m%:*} 1 3 $APF
 done
-b 8b-pf .gpu/mlxcel llama-3.1-8b 1 3 $PF
-b 0.6b-pf .gpu/mlxcel qwen3-0.6b 1 3 $PF
-b 8b-apf .gpu/mlxcel llama-3.1-8b 1 3 $APF
-b 0.6b-apf .gpu/mlxcel qwen3-0.6b 1 3 $APF
-b 30b-pf .gpu/mlxcel qwen3-30b-a3b 1 3 $PF
-b 8b-b16 .gpu/mlxcel llama-3.1-8b 16 1
-b 8b-b16-pf .gpu/mlxcel llama-3.1-8b 16 1 $PF
 ncu_step 8b llama-3.1-8b 1
 ncu_step 8b-pf-apf llama-3.1-8b 1 $PF $APF
+b 8b-b16 .gpu/mlxcel llama-3.1-8b 16 1
+b 8b-b16-pf .gpu/mlxcel llama-3.1-8b 16 1 $PF
 b 8b-tw8192 .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_QGEMV_TARGET_WARPS=8192
 b 8b-ks1 .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_QGEMV_MMA_KS=1
 if ! late selftest; then
