@@ -29,7 +29,7 @@ synth_all
 # In priority order: whatever passes BUDGET_S seconds is skipped (the call's limit).
 for m in llama-3.1-8b:8b qwen3-0.6b:0.6b qwen3-30b-a3b:30b; do
   b ${m#*:} .gpu/mlxcel ${m%:*} 1 3
-  b ${m#*:}-base /tmp/mlxcel-base ${m%:*} 1 3
+  [ -z "${SKIP_BASE:-}" ] && b ${m#*:}-base /tmp/mlxcel-base ${m%:*} 1 3
   b ${m#*:}-pf .gpu/mlxcel ${m%:*} 1 3 $PF
   [ ${m#*:} != 30b ] && b ${m#*:}-apf .gpu/mlxcel ${m%:*} 1 3 $APF
 done
