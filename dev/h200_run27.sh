@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# Session 12's second call (run 26 ran on an H100: see dev/NOTES.md). Against run 25's binary
-# (.gpu/mlxcel-base.xz) the new one has: the decoder fusions (o / down / MoE combine add into the
-# residual in their epilogue; run 26: 0.6B +5 %, 30B +5 %, 8B +0.5 %), the one-pass greedy
-# sampler on by default with 16-byte loads (run 26: 75 -> 35 us with 2-byte loads; prediction
-# <= 8 us), qgemv_bulk and the grouped attention removed (run 26: 0.6x and 0.9x).
-# Prediction (default switches, against base in this call): 8B +1-2 %, 0.6B +6-8 %, 30B +5-6 %.
+# Written in session 12 after run 26 (an H100; see dev/NOTES.md); session 12 had no device time
+# left to run it, so run it first next session. Against run 25's binary (.gpu/mlxcel-base.xz)
+# the default build has: the decoder fusions for steps of up to 64 tokens (o / down / MoE
+# combine add into the residual in their epilogue; run 26: 0.6B +5 %, 30B +5 %, 8B +0.5 %) and
+# the unfused form above 64 (run 26's prefill lost 5-9 % to the GEMM epilogue's residual read;
+# prediction: prefill back to base), the one-pass greedy sampler on by default (run 26: 75 -> 35
+# us), qgemv_bulk and the grouped attention removed (run 26: 0.6x and 0.9x).
 # MLXCEL_GPU_QGEMV_MMA_PREFETCH=1: the group-per-lane GEMV loads each lane's next chunk (codes and
 # scale words) before computing the current one: twice the bytes in flight per warp, 84 -> 128
 # registers (3 -> 2 blocks per SM) at one row. Prediction: 8B +8 % (gate_up -15 %), 0.6B +3 %.
 # MLXCEL_GPU_ATTN_PREFETCH=1: decode attention's warps load their 8 K and 8 V slices at once (one
 # round trip instead of four; bits unchanged). Prediction: attention 11.7 -> <= 9 us per 8B
 # layer, 0.6B +3 %.
-# Then data for the next GEMV design: the K split (warps per tile forced to 1 / 4, the warp
-# target 4096 / 8192 instead of 2048) on the 8B, and ncu --set full of the group-per-lane GEMV on
-# gate_up and down with their SASS stall samples.
+# Then data for the next GEMV design: the warp target 8192 instead of 2048 and one warp per tile
+# on the 8B, and ncu --set full of the group-per-lane GEMV on gate_up and down with their SASS.
+# Steps run in priority order until BUDGET_S seconds (SKIP_BASE=1 drops the base binary's rows).
 RUN=27
 BUDGET_S=${BUDGET_S:-300}
 source dev/h200_lib.sh
