@@ -250,7 +250,7 @@ __device__ __forceinline__ float code_value(std::uint32_t word, int code, std::i
 template <int GW>
 struct ChunkLoad {
   std::uint32_t ra[GW], rb[GW];  // code words of rows na, nb
-  std::uint32_t sw[8];           // f32: s_a, b_a, s_b, b_b pairs; 16-bit codes: 4 words
+  std::uint32_t sw[8];           // s_a, b_a, s_b, b_b pairs as f32 bits (PF, 16-bit: 4 words)
 };
 
 // PF: chunk c + 1 loaded while chunk c is computed (MLXCEL_GPU_QGEMV_MMA_PREFETCH=1).
@@ -297,10 +297,10 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
     for (int i = 0; i < 4; ++i) acc[q][i] = 0.0f;
   const std::uint32_t ones[4] = {Magic<T>::kOnes, Magic<T>::kOnes, Magic<T>::kOnes,
                                  Magic<T>::kOnes};
-  // A chunk's loads: this lane's group of rows na and nb, and the raw scale / bias words of rows
-  // na, nb for groups 4c + j0, 4c + j0 + 1 (G is even: the pair is one aligned 4-byte word of
-  // 16-bit codes, or 8 bytes of f32), decoded only where they are used so that a chunk loaded
-  // ahead does not wait for its own loads.
+  // A chunk's loads: this lane's group of rows na and nb, and the scale / bias words of rows na,
+  // nb for groups 4c + j0, 4c + j0 + 1 (G is even: the pair is one aligned 4-byte word of 16-bit
+  // codes, or 8 bytes of f32). 16-bit codes are decoded here (fewer registers live), except with
+  // PF, where a chunk loaded ahead must not wait for its own loads: apply_chunk decodes them.
   auto load_chunk = [&](std::int64_t c, ChunkLoad<GW>& l) {
     const std::int64_t grp = 4 * c + t;
     const std::int64_t gl = grp < G ? grp : G - 1;  // clamped: its B is zero
