@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/gpu/compat.h"
+#include "backend/gpu/runtime.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -233,6 +234,28 @@ void dispatch_act(DType t, const char* op, Fn&& fn) {
 }
 
 inline void check_launch(const char* op, int device) { GPU_CHECK(gpuGetLastError(), op, device); }
+
+// Whether kernels on `device` go out as programmatic dependent launches (gpu_launch): CUDA
+// compute capability 9.0+, unless MLXCEL_GPU_PDL=0. Every kernel launched through
+// launch_kernel() calls gpu_grid_wait() before it reads or writes activations, caches or
+// workspaces; only constant weights may be read before (the decode GEMVs load their first chunk
+// there, overlapping the previous kernel's tail). On HIP the calls are no-ops and launches keep
+// stream order.
+inline bool pdl_enabled(int device) {
+  static const bool on = env_int("MLXCEL_GPU_PDL", 0) != 0;
+  static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
+  if (!on || device < 0 || device >= 64) return false;
+  if (cached[device] == 0) cached[device] = device_cc_major(device) >= 9 ? 1 : 2;
+  return cached[device] == 1;
+}
+
+// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch where enabled.
+template <typename... P, typename... A>
+void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t smem,
+                   const Stream& s, A&&... args) {
+  gpu_launch(kernel, grid, block, smem, static_cast<gpuStream_t>(s.handle()),
+             pdl_enabled(s.device()), static_cast<A&&>(args)...);
+}
 
 inline unsigned blocks_for(std::int64_t n, int per_block) {
   return static_cast<unsigned>((n + per_block - 1) / per_block);

@@ -77,6 +77,22 @@ __device__ __forceinline__ T gpu_shfl(T v, int src_lane, int width = MLXCEL_WARP
   return __shfl(v, src_lane, width);
 }
 
+// Programmatic dependent launch is CUDA's (sm_90+); on HIP a launch is always fully ordered
+// after the previous one, so the grid-dependency calls are no-ops.
+__device__ __forceinline__ void gpu_grid_wait() {}
+__device__ __forceinline__ void gpu_grid_release() {}
+// Lets `kernel` take up to `bytes` of dynamic shared memory (past the 48 KiB default).
+template <typename... P>
+inline gpuError_t gpuFuncSetMaxDynamicSmem(void (*kernel)(P...), int bytes) {
+  return hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                             hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+template <typename... P, typename... A>
+inline void gpu_launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t smem,
+                       gpuStream_t st, bool /*pdl*/, A&&... args) {
+  kernel<<<grid, block, smem, st>>>(static_cast<A&&>(args)...);
+}
+
 #else  // MLXCEL_GPU_CUDA
 #include <cuda_runtime.h>
 
@@ -138,6 +154,47 @@ __device__ __forceinline__ T gpu_shfl_xor(T v, int lane_mask, int width = MLXCEL
 template <typename T>
 __device__ __forceinline__ T gpu_shfl(T v, int src_lane, int width = MLXCEL_WARP_SIZE) {
   return __shfl_sync(0xffffffffu, v, src_lane, width);
+}
+
+// Programmatic dependent launch (sm_90+). A kernel launched with pdl may start while the stream's
+// previous kernel is still running; gpu_grid_wait() blocks until that kernel has finished and
+// its writes are visible, so nothing the previous kernels write may be read (or anything they
+// read be written) before it. gpu_grid_release() lets the next such launch start its own blocks.
+// Both are no-ops in a kernel launched without pdl and on older targets.
+__device__ __forceinline__ void gpu_grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void gpu_grid_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Lets `kernel` take up to `bytes` of dynamic shared memory (past the 48 KiB default).
+template <typename... P>
+inline gpuError_t gpuFuncSetMaxDynamicSmem(void (*kernel)(P...), int bytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+// Errors surface through gpuGetLastError, as for a <<<>>> launch.
+template <typename... P, typename... A>
+inline void gpu_launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t smem,
+                       gpuStream_t st, bool pdl, A&&... args) {
+  if (!pdl) {
+    kernel<<<grid, block, smem, st>>>(static_cast<A&&>(args)...);
+    return;
+  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<A&&>(args)...);
 }
 #endif
 

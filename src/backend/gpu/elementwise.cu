@@ -27,6 +27,8 @@ struct Rows {
 
 template <typename T>
 __global__ void add_kernel(const T* a, const T* b, T* y, Rows r, int round) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const std::int64_t n = r.rows * r.cols;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -38,6 +40,8 @@ __global__ void add_kernel(const T* a, const T* b, T* y, Rows r, int round) {
 
 template <typename T>
 __global__ void gated_kernel(const T* g, const T* u, T* y, Rows r, int act, int round) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const std::int64_t n = r.rows * r.cols;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -62,10 +66,9 @@ void add(const backend::AddArgs& a, const Stream& s) {
   MLXCEL_CHECK(a.a.dtype == a.y.dtype && a.b.dtype == a.y.dtype, ErrorCategory::kInternal,
                "gpu add: dtypes differ");
   const Rows r{a.y.rows, a.y.cols, a.a.stride, a.b.stride, a.y.stride};
-  auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.y.dtype, "add", [&](auto tag) {
     using T = decltype(tag);
-    add_kernel<T><<<grid_for(n), kThreads, 0, st>>>(
+    launch_kernel(add_kernel<T>, grid_for(n), kThreads, 0, s, 
         static_cast<const T*>(a.a.data), static_cast<const T*>(a.b.data), static_cast<T*>(a.y.data),
         r, round_code(a.round));
   });
@@ -78,10 +81,9 @@ void gated_activation(const backend::GatedActivationArgs& a, const Stream& s) {
   MLXCEL_CHECK(a.g.dtype == a.out.dtype && a.u.dtype == a.out.dtype, ErrorCategory::kInternal,
                "gpu gated_activation: dtypes differ");
   const Rows r{a.out.rows, a.out.cols, a.g.stride, a.u.stride, a.out.stride};
-  auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.out.dtype, "gated_activation", [&](auto tag) {
     using T = decltype(tag);
-    gated_kernel<T><<<grid_for(n), kThreads, 0, st>>>(
+    launch_kernel(gated_kernel<T>, grid_for(n), kThreads, 0, s, 
         static_cast<const T*>(a.g.data), static_cast<const T*>(a.u.data),
         static_cast<T*>(a.out.data), r, static_cast<int>(a.act), round_code(a.round));
   });

@@ -33,6 +33,8 @@ struct EmbedParams {
 
 template <typename T>
 __global__ void embed_kernel(EmbedParams p) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const std::int64_t i = blockIdx.x;
   const std::int64_t id = p.ids[i];
   const std::int64_t dim = p.t.k;
@@ -65,6 +67,8 @@ __global__ void embed_kernel(EmbedParams p) {
 template <typename T>
 __global__ void gather_rows_kernel(const T* src, std::int64_t src_stride, const std::int32_t* rows,
                                    T* dst, std::int64_t dst_stride, std::int64_t cols) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const std::int64_t i = blockIdx.x;
   const T* s = src + static_cast<std::int64_t>(rows[i]) * src_stride;
   T* d = dst + i * dst_stride;
@@ -92,10 +96,9 @@ void embed(const backend::EmbedArgs& a, const Stream& s) {
   p.out = a.out.data;
   p.out_stride = a.out.stride;
   p.round = round_code(a.round);
-  auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.out.dtype, "embed", [&](auto tag) {
     using T = decltype(tag);
-    embed_kernel<T><<<static_cast<unsigned>(a.n), kThreads, 0, st>>>(p);
+    launch_kernel(embed_kernel<T>, static_cast<unsigned>(a.n), kThreads, 0, s, p);
   });
   check_launch("embed", s.device());
 }
@@ -103,10 +106,9 @@ void embed(const backend::EmbedArgs& a, const Stream& s) {
 void gather_rows(const backend::GatherRowsArgs& a, const Stream& s) {
   if (a.n <= 0) return;
   MLXCEL_CHECK(a.src.dtype == a.dst.dtype, ErrorCategory::kInternal, "gather_rows: dtypes differ");
-  auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.src.dtype, "gather_rows", [&](auto tag) {
     using T = decltype(tag);
-    gather_rows_kernel<T><<<static_cast<unsigned>(a.n), kThreads, 0, st>>>(
+    launch_kernel(gather_rows_kernel<T>, static_cast<unsigned>(a.n), kThreads, 0, s, 
         static_cast<const T*>(a.src.data), a.src.stride, a.rows, static_cast<T*>(a.dst.data),
         a.dst.stride, a.src.cols);
   });

@@ -104,11 +104,59 @@ __device__ __forceinline__ void stage_slice(Tiles<T>& sm, const LinParams& p, st
     *reinterpret_cast<uint4*>(&sm.w[col][half * 32 + j * 8]) = pack8<T>(v + j * 8);
 }
 
-// y[m, n] = round(acc + bias[n]) (or accumulated: store_lin) where (m, n) is inside the matrix.
+// The output tile is staged in shared memory (the operand tiles are dead once the K loop ends)
+// and leaves in 16-byte row segments: the mma / WMMA fragment layouts would store 2-byte values
+// scattered over eight rows, and an accumulating linear would read the residual the same way
+// (run 27: that epilogue, through store_lin, cost 5-9 % of prefill in register spills alone).
+// Row stride 136 elements (272 bytes): 16-byte aligned rows, and the mma fragments' 4-byte
+// stores (rows g, columns 2q) fall in distinct banks.
+constexpr int kOutStride = kBN + 8;
+constexpr int kSeg = 8;  // elements per 16-byte segment
+static_assert(kBM * kOutStride * 2 <= sizeof(Tiles<bf16>), "the output tile reuses the operands'");
+
+// Tile element (r, c) = round(acc + bias[nb + c]): store_lin's value before any residual add.
+// (Rounding to T is exact here: the GEMM runs only for bf16 / f16 activations, whose round code
+// is their own dtype.)
 template <typename T>
-__device__ __forceinline__ void store_out(const LinParams& p, std::int64_t m, std::int64_t n,
-                                          float acc) {
-  if (m < p.m && n < p.w.n) store_lin<T>(p, m * p.y_stride + n, n, acc);
+__device__ __forceinline__ float staged(const LinParams& p, std::int64_t n, float acc) {
+  return rnd(acc + (p.bias && n < p.w.n ? p.bias[n] : 0.0f), p.round);
+}
+
+// y[mb + r, nb + c] = tile[r][c] inside the matrix; accumulating, round(y + tile[r][c]) as
+// store_lin adds. Whole 16-byte segments where y's alignment allows, else element by element.
+template <typename T>
+__device__ __forceinline__ void write_tile(const T* tile, const LinParams& p, std::int64_t mb,
+                                           std::int64_t nb) {
+  T* y = static_cast<T*>(p.y);
+  const bool vec = reinterpret_cast<std::uintptr_t>(y) % 16 == 0 &&
+                   (p.y_stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
+  constexpr int kSegs = kBN / kSeg;
+  for (int s = threadIdx.x; s < kBM * kSegs; s += kThreads) {
+    const int r = s / kSegs, c = (s % kSegs) * kSeg;
+    const std::int64_t m = mb + r, n = nb + c;
+    if (m >= p.m || n >= p.w.n) continue;
+    T* dst = y + m * p.y_stride + n;
+    const T* src = tile + r * kOutStride + c;
+    if (vec && n + kSeg <= p.w.n) {
+      uint4 v = *reinterpret_cast<const uint4*>(src);
+      if (p.accumulate) {
+        const uint4 o = *reinterpret_cast<const uint4*>(dst);
+        T a[kSeg], b[kSeg];
+        __builtin_memcpy(a, &o, sizeof(o));
+        __builtin_memcpy(b, &v, sizeof(v));
+#pragma unroll
+        for (int e = 0; e < kSeg; ++e) b[e] = from_f32<T>(rnd(to_f32(a[e]) + to_f32(b[e]), p.round));
+        __builtin_memcpy(&v, b, sizeof(v));
+      }
+      *reinterpret_cast<uint4*>(dst) = v;
+    } else {
+      for (int e = 0; e < kSeg && n + e < p.w.n; ++e) {
+        float v = to_f32(src[e]);
+        if (p.accumulate) v = to_f32(dst[e]) + v;
+        store(dst, e, v, p.round);
+      }
+    }
+  }
 }
 
 #if defined(MLXCEL_GPU_CUDA)
@@ -118,6 +166,8 @@ __device__ __forceinline__ void store_out(const LinParams& p, std::int64_t m, st
 // spills in the dequant phase depending on the format.
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(LinParams p) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   // Raw storage: bf16 / f16 have member initializers, which __shared__ variables may not run.
   __shared__ __align__(16) unsigned char smem[sizeof(Tiles<T>)];
   Tiles<T>& sm = *reinterpret_cast<Tiles<T>*>(smem);
@@ -155,18 +205,26 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(LinParams p) {
     }
     __syncthreads();
   }
-  // Accumulator (i, j): rows g and g + 8 of m tile i, columns 2q and 2q + 1 of n tile j.
+  // Accumulator (i, j): rows g and g + 8 of m tile i, columns 2q and 2q + 1 of n tile j; the
+  // K loop's last barrier has passed, so the tile may overwrite the operands.
   const int g = lane / 4, q = lane % 4;
+  T* tile = reinterpret_cast<T*>(smem);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          store_out<T>(p, mb + wm * kWarpM + i * 16 + g + h * 8,
-                       nb + wn * kWarpN + j * 8 + 2 * q + e, acc[i][j][2 * h + e]);
+      for (int j = 0; j < 4; ++j) {
+        const int r = wm * kWarpM + i * 16 + g + h * 8, c = wn * kWarpN + j * 8 + 2 * q;
+        const std::uint32_t pair =
+            static_cast<std::uint32_t>(from_f32<T>(staged<T>(p, nb + c, acc[i][j][2 * h])).bits) |
+            (static_cast<std::uint32_t>(
+                 from_f32<T>(staged<T>(p, nb + c + 1, acc[i][j][2 * h + 1])).bits)
+             << 16);
+        *reinterpret_cast<std::uint32_t*>(&tile[r * kOutStride + c]) = pair;
+      }
+  __syncthreads();
+  write_tile<T>(tile, p, mb, nb);
 }
 
 #else  // MLXCEL_GPU_HIP
@@ -189,6 +247,8 @@ __device__ __forceinline__ auto load16(const T* p) {
 // weight tile; accumulator element e of lane l is C[2e + l / 16][l % 16].
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads) gemm_wmma_kernel(LinParams p) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
 #if defined(__GFX11__)
   // Raw storage: bf16 / f16 have member initializers, which __shared__ variables may not run.
   __shared__ __align__(16) unsigned char smem[sizeof(Tiles<T>)];
@@ -225,14 +285,19 @@ __global__ void __launch_bounds__(kThreads) gemm_wmma_kernel(LinParams p) {
     }
     __syncthreads();
   }
+  // The K loop's last barrier has passed: the tile may overwrite the operands.
+  T* tile = reinterpret_cast<T*>(smem);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
-      for (int e = 0; e < 8; ++e)
-        store_out<T>(p, mb + wm * kWarpM + i * 16 + 2 * e + lane / 16,
-                     nb + wn * kWarpN + j * 16 + r16, acc[i][j][e]);
+      for (int e = 0; e < 8; ++e) {
+        const int r = wm * kWarpM + i * 16 + 2 * e + lane / 16, c = wn * kWarpN + j * 16 + r16;
+        tile[r * kOutStride + c] = from_f32<T>(staged<T>(p, nb + c, acc[i][j][e]));
+      }
+  __syncthreads();
+  write_tile<T>(tile, p, mb, nb);
 #else
   (void)p;
   __builtin_trap();  // the host launches this only on gfx11 devices (device_is_gfx11)
@@ -273,11 +338,10 @@ bool gemm_mma(const LinParams& p, const Stream& s) {
     const std::int64_t row_blocks = (p.m + kBM - 1) / kBM;
     if (row_blocks > kMaxGridY) return false;
     const dim3 grid(blocks_for(p.w.n, kBN), static_cast<unsigned>(row_blocks));
-    auto st = static_cast<gpuStream_t>(s.handle());
 #if defined(MLXCEL_GPU_CUDA)
-    gemm_mma_kernel<T, F><<<grid, kThreads, 0, st>>>(p);
+    launch_kernel(gemm_mma_kernel<T, F>, grid, kThreads, 0, s, p);
 #else
-    gemm_wmma_kernel<T, F><<<grid, kThreads, 0, st>>>(p);
+    launch_kernel(gemm_wmma_kernel<T, F>, grid, kThreads, 0, s, p);
 #endif
     return true;
   }

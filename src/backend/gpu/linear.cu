@@ -32,6 +32,8 @@ constexpr int kTile = 64, kThreads = 256;
 // up to kGemvRows rows (1 row when rows are expert-indexed: each may use another matrix).
 template <typename T, int F>
 __global__ void gemv_kernel(LinParams p) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
   const std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kGemvWarps + warp;
   if (n >= p.w.n) return;
@@ -265,6 +267,8 @@ struct QgemvParams {
 // expert-indexed rows, which may each use another matrix).
 template <typename T, int F, int R>
 __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const LinParams& p = qp.p;
   __shared__ float red[kQWarps][R][kQCols];
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
@@ -347,6 +351,8 @@ bool qgemv_enabled() {
 // tile is staged as fp32 and 64 threads dequantize one weight unit each into shared memory.
 template <typename T, int F>
 __global__ void gemm_kernel(LinParams p) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   __shared__ float xs[32][kTile + 4];
   __shared__ float ws[32][kTile + 4];
   const int tid = threadIdx.x, tm = tid / 16, tn = tid % 16;
@@ -418,7 +424,6 @@ bool qgemv_aligned(const LinParams& p) {
 
 template <typename T, int F, int R>
 void launch_qgemv(const LinParams& p, const Stream& s) {
-  auto st = static_cast<gpuStream_t>(s.handle());
   QgemvParams qp;
   qp.p = p;
   const std::int64_t units = p.w.k / 32;
@@ -440,13 +445,12 @@ void launch_qgemv(const LinParams& p, const Stream& s) {
     qp.col_block0 = c0;
     const dim3 grid(blocks_for(p.m, R),
                     static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
-    qgemv_kernel<T, F, R><<<grid, kQThreads, 0, st>>>(qp);
+    launch_kernel(qgemv_kernel<T, F, R>, grid, kQThreads, 0, s, qp);
   }
 }
 
 template <typename T, int F>
 void launch(const LinParams& p, bool gemm, const Stream& s) {
-  auto st = static_cast<gpuStream_t>(s.handle());
   if constexpr (!fmt_dense(F)) {
     if (qgemv_enabled() && (p.experts || p.m <= kQgemvMaxRows) && qgemv_aligned<T, F>(p)) {
       if constexpr (F == kAffine4) {
@@ -459,7 +463,7 @@ void launch(const LinParams& p, bool gemm, const Stream& s) {
   if (gemm) {
     if (gemm_mma<T, F>(p, s)) return;
     dim3 grid(blocks_for(p.w.n, kTile), blocks_for(p.m, kTile));
-    gemm_kernel<T, F><<<grid, kThreads, 0, st>>>(p);
+    launch_kernel(gemm_kernel<T, F>, grid, kThreads, 0, s, p);
   } else {
     // Expert-indexed rows are one block row each: a MoE step of T tokens x top_k experts can
     // pass grid.y's 65,535 (16 sequences prefilling 512 tokens into a top-8 MoE), so the rows go
@@ -471,7 +475,7 @@ void launch(const LinParams& p, bool gemm, const Stream& s) {
       q.row_block0 = b0;
       const dim3 grid(blocks_for(p.w.n, kGemvWarps),
                       static_cast<unsigned>(std::min(kMaxGridY, row_blocks - b0)));
-      gemv_kernel<T, F><<<grid, kGemvWarps * MLXCEL_WARP_SIZE, 0, st>>>(q);
+      launch_kernel(gemv_kernel<T, F>, grid, kGemvWarps * MLXCEL_WARP_SIZE, 0, s, q);
     }
   }
 }

@@ -15,6 +15,8 @@ namespace {
 template <typename T>
 __global__ void moe_route_kernel(const T* gates, std::int64_t stride, std::int64_t E, int K,
                                  int norm, std::int32_t* experts, float* weights, int round) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   extern __shared__ float prob[];
   const int lane = threadIdx.x;
   const std::int64_t t = blockIdx.x;
@@ -73,6 +75,8 @@ constexpr int kCombineThreads = 256;
 template <typename T>
 __global__ void moe_combine_kernel(const T* ys, std::int64_t H, int K, const float* w, T* out,
                                    std::int64_t out_stride, int round, int accumulate) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const std::int64_t t = blockIdx.x;
   const std::int64_t d = static_cast<std::int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x;
   if (d < H) {
@@ -92,10 +96,9 @@ void moe_route(const backend::MoeRouteArgs& a, const Stream& s) {
   if (T == 0) return;
   MLXCEL_CHECK(a.top_k > 0 && a.top_k <= E && E <= 8192, ErrorCategory::kInternal,
                "gpu moe_route: top_k / expert count");
-  auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.gates.dtype, "moe_route", [&](auto tag) {
     using A = decltype(tag);
-    moe_route_kernel<A><<<static_cast<unsigned>(T), MLXCEL_WARP_SIZE, E * sizeof(float), st>>>(
+    launch_kernel(moe_route_kernel<A>, static_cast<unsigned>(T), MLXCEL_WARP_SIZE, E * sizeof(float), s, 
         static_cast<const A*>(a.gates.data), a.gates.stride, E, a.top_k, a.norm_topk_prob ? 1 : 0,
         a.experts, a.weights, round_code(a.round));
   });
@@ -136,12 +139,11 @@ void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& 
   l.w = a.down;
   l.y = ys;
   linear_experts(l, s);
-  auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.out.dtype, "moe_experts", [&](auto tag) {
     using A = decltype(tag);
     const dim3 grid(static_cast<unsigned>(T),
                     static_cast<unsigned>((H + kCombineThreads - 1) / kCombineThreads));
-    moe_combine_kernel<A><<<grid, kCombineThreads, 0, st>>>(
+    launch_kernel(moe_combine_kernel<A>, grid, kCombineThreads, 0, s, 
         static_cast<const A*>(ys.data), H, static_cast<int>(K), a.weights,
         static_cast<A*>(a.out.data), a.out.stride, round_code(a.round), a.accumulate ? 1 : 0);
   });

@@ -17,6 +17,8 @@ constexpr int kBlock = 256;  // a multiple of 64 so wave64 targets also fill who
 template <typename T>
 __global__ void rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                 std::int64_t cols, std::int64_t stride, float eps) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const std::int64_t row = blockIdx.x;
   const T* xr = x + row * stride;
   float ss = 0.0f;
@@ -35,6 +37,8 @@ template <typename T>
 __global__ void add_rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ res,
                                     const T* __restrict__ w, T* __restrict__ y,
                                     T* __restrict__ res_out, std::int64_t cols, float eps) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * cols;
   float ss = 0.0f;
   for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
@@ -55,8 +59,7 @@ __global__ void add_rms_norm_kernel(const T* __restrict__ x, const T* __restrict
 template <typename T>
 void launch_rms(const void* x, const void* w, void* y, std::int64_t rows, std::int64_t cols,
                 std::int64_t stride, float eps, const Stream& s) {
-  auto st = static_cast<gpuStream_t>(s.handle());
-  rms_norm_kernel<T><<<static_cast<unsigned>(rows), kBlock, 0, st>>>(
+  launch_kernel(rms_norm_kernel<T>, static_cast<unsigned>(rows), kBlock, 0, s, 
       static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), cols, stride, eps);
   GPU_CHECK(gpuGetLastError(), "rms_norm launch", s.device());
 }
@@ -64,8 +67,7 @@ void launch_rms(const void* x, const void* w, void* y, std::int64_t rows, std::i
 template <typename T>
 void launch_add_rms(const void* x, const void* r, const void* w, void* y, void* ro,
                     std::int64_t rows, std::int64_t cols, float eps, const Stream& s) {
-  auto st = static_cast<gpuStream_t>(s.handle());
-  add_rms_norm_kernel<T><<<static_cast<unsigned>(rows), kBlock, 0, st>>>(
+  launch_kernel(add_rms_norm_kernel<T>, static_cast<unsigned>(rows), kBlock, 0, s, 
       static_cast<const T*>(x), static_cast<const T*>(r), static_cast<const T*>(w),
       static_cast<T*>(y), static_cast<T*>(ro), cols, eps);
   GPU_CHECK(gpuGetLastError(), "add_rms_norm launch", s.device());
@@ -138,6 +140,8 @@ __global__ void __launch_bounds__(B) rms_norm_act_kernel(const T* x, std::int64_
                                                          const float* w, T* y,
                                                          std::int64_t y_stride, std::int64_t heads,
                                                          std::int64_t hd, float eps, int round) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const std::int64_t row = blockIdx.x / heads, h = blockIdx.x % heads;
   const T* xr = x + row * x_stride + h * hd;
   T* yr = y + row * y_stride + h * hd;
@@ -171,6 +175,8 @@ __global__ void __launch_bounds__(B)
     add_rms_norm_act_kernel(T* h, std::int64_t h_stride, const T* d, std::int64_t d_stride,
                             const float* w, T* y, std::int64_t y_stride, std::int64_t cols,
                             float eps, int round) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const std::int64_t row = blockIdx.x;
   T* hr = h + row * h_stride;
   const T* dr = d + row * d_stride;
@@ -216,12 +222,11 @@ void rms_norm(const backend::RmsNormArgs& a, const Stream& s) {
   if (rows == 0 || a.x.cols == 0) return;
   MLXCEL_CHECK(a.x.dtype == a.y.dtype && a.x.cols % heads == 0, ErrorCategory::kInternal,
                "gpu rms_norm: dtype or heads mismatch");
-  auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.x.dtype, "rms_norm", [&](auto tag) {
     using T = decltype(tag);
     with_block(a.x.cols / heads, [&](auto bt) {
       constexpr int B = decltype(bt)::value;
-      rms_norm_act_kernel<T, B><<<static_cast<unsigned>(rows * heads), B, 0, st>>>(
+      launch_kernel(rms_norm_act_kernel<T, B>, static_cast<unsigned>(rows * heads), B, 0, s, 
           static_cast<const T*>(a.x.data), a.x.stride, a.weight, static_cast<T*>(a.y.data),
           a.y.stride, heads, a.x.cols / heads, a.eps, round_code(a.round));
     });
@@ -234,12 +239,11 @@ void add_rms_norm(const backend::AddRmsNormArgs& a, const Stream& s) {
   if (rows == 0 || a.h.cols == 0) return;
   MLXCEL_CHECK(a.h.dtype == a.delta.dtype && a.h.dtype == a.y.dtype, ErrorCategory::kInternal,
                "gpu add_rms_norm: dtypes differ");
-  auto st = static_cast<gpuStream_t>(s.handle());
   dispatch_act(a.h.dtype, "add_rms_norm", [&](auto tag) {
     using T = decltype(tag);
     with_block(a.h.cols, [&](auto bt) {
       constexpr int B = decltype(bt)::value;
-      add_rms_norm_act_kernel<T, B><<<static_cast<unsigned>(rows), B, 0, st>>>(
+      launch_kernel(add_rms_norm_act_kernel<T, B>, static_cast<unsigned>(rows), B, 0, s, 
           static_cast<T*>(a.h.data), a.h.stride, static_cast<const T*>(a.delta.data),
           a.delta.stride, a.weight, static_cast<T*>(a.y.data), a.y.stride, a.h.cols, a.eps,
           round_code(a.round));

@@ -55,6 +55,8 @@ __device__ __forceinline__ char* kv_block(const Params& p, std::int64_t t, std::
 // the last n_kv_heads append v heads.
 template <typename T, typename KT>
 __global__ void __launch_bounds__(kThreads) rope_kv_append_kernel(Params p) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   const std::int64_t t = blockIdx.x;
   const int hh = blockIdx.y;
   const int hd = p.head_dim;
@@ -151,13 +153,12 @@ void rope_kv_append(const backend::RopeKvAppendArgs& a, const Stream& s) {
   p.block_tables = a.step.block_tables;
   p.max_blocks = a.step.max_blocks;
   p.round = round_code(a.round);
-  auto st = static_cast<gpuStream_t>(s.handle());
   const dim3 grid(static_cast<unsigned>(n_tok), a.n_heads + 2 * a.n_kv_heads);
   dispatch_act(a.q.dtype, "rope_kv_append", [&](auto tag) {
     using A = decltype(tag);
     dispatch_act(a.kv.dtype, "rope_kv_append (KV cache dtype)", [&](auto ktag) {
       using K = decltype(ktag);
-      rope_kv_append_kernel<A, K><<<grid, kThreads, 0, st>>>(p);
+      launch_kernel(rope_kv_append_kernel<A, K>, grid, kThreads, 0, s, p);
     });
   });
   check_launch("rope_kv_append", s.device());

@@ -159,6 +159,8 @@ __device__ void greedy_fast(const L* row, std::int64_t n, const std::uint32_t* m
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams a) {
+  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
+  gpu_grid_release();
   constexpr float kNegInf = -INFINITY;
   const std::int64_t n = a.vocab;
   const SampleRow p = a.rows[blockIdx.x];
@@ -343,7 +345,7 @@ void sample(const backend::SampleArgs& a, const Stream& s) {
   // MLXCEL_GPU_SAMPLE_FAST=0 sends plain greedy rows through the general path (same tokens).
   static const int fast = env_int("MLXCEL_GPU_SAMPLE_FAST", 1) != 0 ? 1 : 0;
   p.greedy_fast = fast;
-  sample_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, static_cast<gpuStream_t>(s.handle())>>>(p);
+  launch_kernel(sample_kernel, static_cast<unsigned>(a.n), kThreads, 0, s, p);
   check_launch("sample", s.device());
 }
 
