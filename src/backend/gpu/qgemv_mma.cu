@@ -624,17 +624,21 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
         if (np == 2)
           return launch_grid(qgemv_mma_gpl_kernel<T, W, 2, 0>, mp, col_blocks, row_blocks, s);
         if (prefetch == 2) {
-          static bool sized[64] = {};  // the ring's dynamic shared memory allowed, per device
+          // The ring's dynamic shared memory, allowed once per device; a device with less
+          // shared memory per block (sm_86 / 89: 99 KiB) keeps the register prefetch.
+          static int sized[64] = {};  // 0 unknown, 1 allowed, 2 refused
           const int dev = s.device();
-          if (dev >= 0 && dev < 64 && !sized[dev]) {
-            GPU_CHECK(gpuFuncSetMaxDynamicSmem(qgemv_mma_gpl_kernel<T, W, 1, 2>, kRingBytes<W>),
-                      "qgemv_mma ring", dev);
-            sized[dev] = true;
+          if (dev >= 0 && dev < 64 && sized[dev] == 0) {
+            const bool ok = gpuFuncSetMaxDynamicSmem(qgemv_mma_gpl_kernel<T, W, 1, 2>,
+                                                     kRingBytes<W>) == gpuSuccess;
+            if (!ok) (void)gpuGetLastError();  // clear it: the fallback is not a fault
+            sized[dev] = ok ? 1 : 2;
           }
-          return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, 2>, mp, col_blocks, row_blocks, s,
-                             kRingBytes<W>);
+          if (dev >= 0 && dev < 64 && sized[dev] == 1)
+            return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, 2>, mp, col_blocks, row_blocks, s,
+                               kRingBytes<W>);
         }
-        if (prefetch == 1)
+        if (prefetch >= 1)
           return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, 1>, mp, col_blocks, row_blocks, s);
         launch_grid(qgemv_mma_gpl_kernel<T, W, 1, 0>, mp, col_blocks, row_blocks, s);
       };
