@@ -26,23 +26,26 @@ PDL=MLXCEL_GPU_PDL=1
 RING=MLXCEL_GPU_QGEMV_MMA_PREFETCH=2
 run_tests
 run_tests $PDL $RING
-run_tests MLXCEL_GPU_QGEMV_MMA_PREFETCH=0 MLXCEL_GPU_ATTN_PREFETCH=0
 synth_all
-for m in llama-3.1-8b:8b qwen3-0.6b:0.6b qwen3-30b-a3b:30b; do
+for m in llama-3.1-8b:8b qwen3-0.6b:0.6b; do
   b ${m#*:}-r27 /tmp/mlxcel-r27 ${m%:*} 1 3
   b ${m#*:} .gpu/mlxcel ${m%:*} 1 3
   b ${m#*:}-pdl .gpu/mlxcel ${m%:*} 1 3 $PDL
   b ${m#*:}-ring .gpu/mlxcel ${m%:*} 1 3 $RING
   b ${m#*:}-pdl-ring .gpu/mlxcel ${m%:*} 1 3 $PDL $RING
+  b ${m#*:}-fa /tmp/mlxcel-fa ${m%:*} 1 3
 done
-b 8b-fa /tmp/mlxcel-fa llama-3.1-8b 1 3
-b 0.6b-fa /tmp/mlxcel-fa qwen3-0.6b 1 3
 if ! late selftest; then
   env $PDL $RING timeout 150 .gpu/mlxcel selftest --device gpu > "$R/selftest.log" 2>&1
   log "selftest (pdl ring) rc=$? $(tail -1 "$R/selftest.log")"
 fi
+b 30b-r27 /tmp/mlxcel-r27 qwen3-30b-a3b 1 3
+b 30b .gpu/mlxcel qwen3-30b-a3b 1 3
+b 30b-pdl-ring .gpu/mlxcel qwen3-30b-a3b 1 3 $PDL $RING
 b 8b-b16-pdl .gpu/mlxcel llama-3.1-8b 16 1 $PDL
+b 30b-pdl .gpu/mlxcel qwen3-30b-a3b 1 3 $PDL
 b 30b-fa /tmp/mlxcel-fa qwen3-30b-a3b 1 3
+run_tests MLXCEL_GPU_QGEMV_MMA_PREFETCH=0 MLXCEL_GPU_ATTN_PREFETCH=0
 ncu_step 8b-ring llama-3.1-8b 1 $RING
 b 8b-pdl-ring-tw1024 .gpu/mlxcel llama-3.1-8b 1 3 $PDL $RING MLXCEL_GPU_QGEMV_TARGET_WARPS=1024
 b 8b-pdl-ring-tw4096 .gpu/mlxcel llama-3.1-8b 1 3 $PDL $RING MLXCEL_GPU_QGEMV_TARGET_WARPS=4096
