@@ -255,46 +255,9 @@ struct ChunkLoad {
   std::uint32_t sw[8];           // s_a, b_a, s_b, b_b pairs as f32 bits (PF, 16-bit: 4 words)
 };
 
-// Asynchronous 16-, 8- or 4-byte copy global -> shared (sm_80+), grouped by commit / wait.
-// (Below sm_80, which never runs these kernels (mma_capable), plain copies keep it compiling.)
-template <int B>
-__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
-#if __CUDA_ARCH__ >= 800
-  const auto a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  if constexpr (B == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem) : "memory");
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(a), "l"(gmem), "n"(B)
-                 : "memory");
-#else
-  __builtin_memcpy(smem, gmem, B);
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-// The ring (PF = 2): each lane's chunks land in its own shared-memory slots, kRingStages deep,
-// as 16-byte units interleaved across the warp's lanes (unit i of lane l at i * 32 + l: no bank
-// conflicts); a chunk is GW / 2 units of code words and two of scale / bias words.
-constexpr int kRingStages = 4;
-template <int WPL>
-constexpr int kRingUnits = 2 * WPL + 2;
-template <int WPL>
-constexpr int kRingBytes = kWarps * kRingStages * kRingUnits<WPL> * MLXCEL_WARP_SIZE * 16;
-
-// PF = 1: chunk c + 1 loaded into registers while chunk c is computed; PF = 2: chunks c + 1 ..
-// c + kRingStages - 1 in flight by cp.async into the lane's ring slots (one column set: see
+// PF: chunk c + 1 loaded into registers while chunk c is computed (one column set: see
 // qgemv_mma's launch). Only the load timing differs, so the bits are the same.
-template <typename T, int WPL, int NP, int PF>
+template <typename T, int WPL, int NP, bool PF>
 __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
@@ -371,7 +334,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
       const std::uint32_t w1 = static_cast<const std::uint32_t*>(wp.biases)[(na * G + sg) / 2];
       const std::uint32_t w2 = static_cast<const std::uint32_t*>(wp.scales)[(nb * G + sg) / 2];
       const std::uint32_t w3 = static_cast<const std::uint32_t*>(wp.biases)[(nb * G + sg) / 2];
-      if constexpr (PF != 0) {
+      if constexpr (PF) {
         l.sw[0] = w0, l.sw[1] = w1, l.sw[2] = w2, l.sw[3] = w3;
       } else {  // decoded here, as f32 bits: fewer registers live (84 against 100)
 #pragma unroll
@@ -390,7 +353,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
     float s_a[2], b_a[2], s_b[2], b_b[2];
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
-      if (PF == 0 || code == 0) {
+      if (!PF || code == 0) {
         s_a[u] = __uint_as_float(l.sw[u]), b_a[u] = __uint_as_float(l.sw[2 + u]);
         s_b[u] = __uint_as_float(l.sw[4 + u]), b_b[u] = __uint_as_float(l.sw[6 + u]);
       } else {
@@ -436,77 +399,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
                              fmaf(b_b[u] - Magic<T>::kOff * s_b[u], e[q][u], acc[q][2 + u]));
       }
   };
-  if constexpr (PF == 2) {
-    extern __shared__ uint4 ring[];
-    uint4* mine = ring + warp * kRingStages * kRingUnits<WPL> * MLXCEL_WARP_SIZE + lane;
-    constexpr int RU = kRingUnits<WPL>;
-    // Chunk c's copies into ring slot `slot`: the lane's group of rows na, nb, then the scale /
-    // bias words as load_chunk reads them (f32: four 8-byte pairs; 16-bit: four words).
-    auto issue = [&](std::int64_t c, int slot) {
-      uint4* d = mine + slot * RU * MLXCEL_WARP_SIZE;
-      const std::int64_t grp = 4 * c + t;
-      const std::int64_t gl = grp < G ? grp : G - 1;
-#pragma unroll
-      for (int i = 0; i < GW / 4; ++i) {
-        cp_async<16>(d + i * MLXCEL_WARP_SIZE, wa + gl * GW + 4 * i);
-        cp_async<16>(d + (GW / 4 + i) * MLXCEL_WARP_SIZE, wb + gl * GW + 4 * i);
-      }
-      std::int64_t sg = 4 * c + j0;
-      if (sg > G - 2) sg = G - 2;
-      auto* sw = reinterpret_cast<std::uint32_t*>(d + (GW / 2) * MLXCEL_WARP_SIZE);
-      auto* sw2 = reinterpret_cast<std::uint32_t*>(d + (GW / 2 + 1) * MLXCEL_WARP_SIZE);
-      if (code == 0) {
-        const float* sc = static_cast<const float*>(wp.scales);
-        const float* bi = static_cast<const float*>(wp.biases);
-        cp_async<8>(sw, sc + na * G + sg);
-        cp_async<8>(sw + 2, bi + na * G + sg);
-        cp_async<8>(sw2, sc + nb * G + sg);
-        cp_async<8>(sw2 + 2, bi + nb * G + sg);
-      } else {
-        const auto* sc = static_cast<const std::uint32_t*>(wp.scales);
-        const auto* bi = static_cast<const std::uint32_t*>(wp.biases);
-        cp_async<4>(sw, sc + (na * G + sg) / 2);
-        cp_async<4>(sw + 1, bi + (na * G + sg) / 2);
-        cp_async<4>(sw + 2, sc + (nb * G + sg) / 2);
-        cp_async<4>(sw + 3, bi + (nb * G + sg) / 2);
-      }
-    };
-    auto fetch = [&](int slot, ChunkLoad<GW>& l) {
-      const uint4* d = mine + slot * RU * MLXCEL_WARP_SIZE;
-#pragma unroll
-      for (int i = 0; i < GW / 4; ++i) {
-        const uint4 va = d[i * MLXCEL_WARP_SIZE], vb = d[(GW / 4 + i) * MLXCEL_WARP_SIZE];
-        l.ra[4 * i] = va.x, l.ra[4 * i + 1] = va.y, l.ra[4 * i + 2] = va.z, l.ra[4 * i + 3] = va.w;
-        l.rb[4 * i] = vb.x, l.rb[4 * i + 1] = vb.y, l.rb[4 * i + 2] = vb.z, l.rb[4 * i + 3] = vb.w;
-      }
-      const uint4 s0 = d[(GW / 2) * MLXCEL_WARP_SIZE];
-      l.sw[0] = s0.x, l.sw[1] = s0.y, l.sw[2] = s0.z, l.sw[3] = s0.w;
-      if (code == 0) {
-        const uint4 s1 = d[(GW / 2 + 1) * MLXCEL_WARP_SIZE];
-        l.sw[4] = s1.x, l.sw[5] = s1.y, l.sw[6] = s1.z, l.sw[7] = s1.w;
-      }
-    };
-    // The first kRingStages - 1 chunks go out before the wait (constant weights); one commit
-    // group per chunk, empty past c_end, so wait_group counts stay fixed.
-#pragma unroll
-    for (int k = 0; k < kRingStages - 1; ++k) {
-      if (c_begin + k < c_end) issue(c_begin + k, k);
-      cp_async_commit();
-    }
-    if (!p.experts) gpu_grid_wait();
-    gpu_grid_release();
-    int slot = 0;
-    for (std::int64_t c = c_begin; c < c_end; ++c) {
-      const int ahead = slot == 0 ? kRingStages - 1 : slot - 1;  // (slot + stages - 1) % stages
-      if (c + kRingStages - 1 < c_end) issue(c + kRingStages - 1, ahead);
-      cp_async_commit();
-      cp_async_wait<kRingStages - 1>();  // chunk c's group has landed
-      ChunkLoad<GW> cur;
-      fetch(slot, cur);
-      apply_chunk(c, cur);
-      slot = slot + 1 == kRingStages ? 0 : slot + 1;
-    }
-  } else if constexpr (PF == 1) {
+  if constexpr (PF) {
     // Chunk c + 1's loads in flight while chunk c is computed (the last one reloads itself:
     // no branch, an L2 hit). Only the load timing differs, so the bits are the same.
     ChunkLoad<GW> cur;
@@ -574,12 +467,12 @@ int choose_ks(std::int64_t tiles, std::int64_t groups) {
 // Column blocks go in y, at most 65,535 per launch (a 262k vocabulary has more).
 template <typename Kernel>
 void launch_grid(Kernel kernel, MmaParams mp, std::int64_t col_blocks, unsigned row_blocks,
-                 const Stream& s, std::size_t smem = 0) {
+                 const Stream& s) {
   constexpr std::int64_t kMaxGridY = 65535;
   for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
     mp.col_block0 = c0;
     const dim3 grid(row_blocks, static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
-    launch_kernel(kernel, grid, kThreads, smem, s, mp);
+    launch_kernel(kernel, grid, kThreads, 0, s, mp);
   }
 }
 
@@ -613,34 +506,19 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       // spilled) 236 -> 211 tok/s, 3 blocks (80, 16 B spilled) 239 -> 230 (runs 22-23).
       const int np = p.experts || p.m <= 2 ? 1 : 2;
       const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
-      // Prefetch with one column set (the same bits either way). 1: each lane loads its next
-      // chunk into registers before computing the current one: run 27 (H100) 8B 286 -> 300
-      // tok/s, 0.6B +2 %, 30B +2 %; not with two sets, where its 130+ registers leave one block
-      // per SM (batch 16: 1,245 -> 785 tok/s). 2: the cp.async ring, kRingStages - 1 chunks
-      // ahead in shared memory. MLXCEL_GPU_QGEMV_MMA_PREFETCH=0|1|2 picks (default 1).
-      static const int prefetch = env_int("MLXCEL_GPU_QGEMV_MMA_PREFETCH", 1);
+      // Prefetch (each lane loads its next chunk into registers before computing the current
+      // one; the same bits) with one column set: run 27 (H100) 8B 286 -> 300 tok/s, 0.6B +2 %,
+      // 30B +2 %. Not with two, where its 130+ registers leave one block per SM (batch 16:
+      // 1,245 -> 785 tok/s). MLXCEL_GPU_QGEMV_MMA_PREFETCH=0 turns it off. (A deeper prefetch,
+      // a 4-stage cp.async ring in shared memory, ran at 0.67x: run 28, dev/NOTES.md.)
+      static const bool prefetch = env_int("MLXCEL_GPU_QGEMV_MMA_PREFETCH", 1) != 0;
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;
         if (np == 2)
-          return launch_grid(qgemv_mma_gpl_kernel<T, W, 2, 0>, mp, col_blocks, row_blocks, s);
-        if (prefetch == 2) {
-          // The ring's dynamic shared memory, allowed once per device; a device with less
-          // shared memory per block (sm_86 / 89: 99 KiB) keeps the register prefetch.
-          static int sized[64] = {};  // 0 unknown, 1 allowed, 2 refused
-          const int dev = s.device();
-          if (dev >= 0 && dev < 64 && sized[dev] == 0) {
-            const bool ok = gpuFuncSetMaxDynamicSmem(qgemv_mma_gpl_kernel<T, W, 1, 2>,
-                                                     kRingBytes<W>) == gpuSuccess;
-            if (!ok) (void)gpuGetLastError();  // clear it: the fallback is not a fault
-            sized[dev] = ok ? 1 : 2;
-          }
-          if (dev >= 0 && dev < 64 && sized[dev] == 1)
-            return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, 2>, mp, col_blocks, row_blocks, s,
-                               kRingBytes<W>);
-        }
-        if (prefetch >= 1)
-          return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, 1>, mp, col_blocks, row_blocks, s);
-        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, 0>, mp, col_blocks, row_blocks, s);
+          return launch_grid(qgemv_mma_gpl_kernel<T, W, 2, false>, mp, col_blocks, row_blocks, s);
+        if (prefetch)
+          return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true>, mp, col_blocks, row_blocks, s);
+        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false>, mp, col_blocks, row_blocks, s);
       };
       if (gs == 32)
         by_np(std::integral_constant<int, 1>{});
