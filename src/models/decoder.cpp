@@ -297,9 +297,10 @@ void Decoder::run_step(const ops::KvLayout& kv, const ops::StepView& s, std::int
   // residual add inside the projection that produces it (linear_add), so a GPU decode step has
   // no separate norm or add launch in a dense layer. Sandwich norms (a norm between projection
   // and add) and traces (which record the projections' own outputs) take the unfused form, and so
-  // do steps of more than kFusedMaxTokens tokens (prefill): there the GPU's GEMM would read the
-  // residual element by element in its epilogue, which cost 5-9 % of prefill speed (run 26),
-  // where the unfused form adds it in add_rms_norm. Both forms give the same bits.
+  // do steps of more than kFusedMaxTokens tokens (prefill), where the GPU's GEMM runs: with the
+  // fused form there prefill measured 0.2-0.9 % slower (run 28, the GEMM epilogue staged through
+  // shared memory; 5-9 % before, run 26, though most of that was the old epilogue's register
+  // spills, which hit both forms). Both forms give the same bits.
   const bool fused = !style.sandwich_norms && !e.tap && s.n_tokens <= kFusedMaxTokens;
   if (fused) {
     for (std::size_t l = 0; l < layers.size(); ++l) {
