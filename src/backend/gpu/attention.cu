@@ -332,8 +332,7 @@ __device__ __forceinline__ void init(Running& r) {
 // grid (T, n_heads): one block per (token, head) walking its spans.
 template <typename T, typename KT, int P>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   __shared__ Smem sm;
   const std::int64_t t = blockIdx.x;
   const int h = blockIdx.y;
@@ -359,8 +358,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
 // grid (n_spans, n_heads, T): one block per (span, head, token); the last to finish merges.
 template <typename T, typename KT, int P, bool PF>
 __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   __shared__ Smem sm;
   const std::int64_t span = blockIdx.x, t = blockIdx.z;
   const int h = blockIdx.y;

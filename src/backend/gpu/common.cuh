@@ -250,6 +250,14 @@ inline bool pdl_enabled(int device) {
   return cached[device] == 1;
 }
 
+// A kernel's first statement when it reads nothing before the previous kernel's results: waits
+// for that kernel (a no-op unless launched as a programmatic dependent launch), then lets the
+// next launch start its blocks.
+__device__ __forceinline__ void wait_previous_kernel() {
+  gpu_grid_wait();
+  gpu_grid_release();
+}
+
 // kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch where enabled.
 template <typename... P, typename... A>
 void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t smem,

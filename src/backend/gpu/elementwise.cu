@@ -27,8 +27,7 @@ struct Rows {
 
 template <typename T>
 __global__ void add_kernel(const T* a, const T* b, T* y, Rows r, int round) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const std::int64_t n = r.rows * r.cols;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -40,8 +39,7 @@ __global__ void add_kernel(const T* a, const T* b, T* y, Rows r, int round) {
 
 template <typename T>
 __global__ void gated_kernel(const T* g, const T* u, T* y, Rows r, int act, int round) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const std::int64_t n = r.rows * r.cols;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {

@@ -33,8 +33,7 @@ struct EmbedParams {
 
 template <typename T>
 __global__ void embed_kernel(EmbedParams p) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const std::int64_t i = blockIdx.x;
   const std::int64_t id = p.ids[i];
   const std::int64_t dim = p.t.k;
@@ -67,8 +66,7 @@ __global__ void embed_kernel(EmbedParams p) {
 template <typename T>
 __global__ void gather_rows_kernel(const T* src, std::int64_t src_stride, const std::int32_t* rows,
                                    T* dst, std::int64_t dst_stride, std::int64_t cols) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const std::int64_t i = blockIdx.x;
   const T* s = src + static_cast<std::int64_t>(rows[i]) * src_stride;
   T* d = dst + i * dst_stride;

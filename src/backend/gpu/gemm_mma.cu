@@ -166,8 +166,7 @@ __device__ __forceinline__ void write_tile(const T* tile, const LinParams& p, st
 // spills in the dequant phase depending on the format.
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(LinParams p) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   // Raw storage: bf16 / f16 have member initializers, which __shared__ variables may not run.
   __shared__ __align__(16) unsigned char smem[sizeof(Tiles<T>)];
   Tiles<T>& sm = *reinterpret_cast<Tiles<T>*>(smem);
@@ -247,8 +246,7 @@ __device__ __forceinline__ auto load16(const T* p) {
 // weight tile; accumulator element e of lane l is C[2e + l / 16][l % 16].
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads) gemm_wmma_kernel(LinParams p) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
 #if defined(__GFX11__)
   // Raw storage: bf16 / f16 have member initializers, which __shared__ variables may not run.
   __shared__ __align__(16) unsigned char smem[sizeof(Tiles<T>)];

@@ -6,9 +6,9 @@
 // quantized path under MLXCEL_GPU_QGEMV=0).
 // More rows (prefill): the matrix-unit GEMM (gemm_mma.cu: CUDA by default, HIP's WMMA under
 // MLXCEL_GPU_GEMM_MMA=1), else a 64x64 tiled SIMT GEMM over 32-wide K slices staged through
-// shared memory. Every kernel stores through store_lin (the accumulate fusion); a fused input
-// norm is its own rms_norm launch first and a gated activation its own launch after. Same
-// source for CUDA and HIP.
+// shared memory. Every kernel applies the accumulate fusion as store_lin does (the matrix-unit
+// GEMM through its staged output tile); a fused input norm is its own rms_norm launch first and
+// a gated activation its own launch after. Same source for CUDA and HIP.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -32,8 +32,7 @@ constexpr int kTile = 64, kThreads = 256;
 // up to kGemvRows rows (1 row when rows are expert-indexed: each may use another matrix).
 template <typename T, int F>
 __global__ void gemv_kernel(LinParams p) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
   const std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kGemvWarps + warp;
   if (n >= p.w.n) return;
@@ -267,8 +266,7 @@ struct QgemvParams {
 // expert-indexed rows, which may each use another matrix).
 template <typename T, int F, int R>
 __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const LinParams& p = qp.p;
   __shared__ float red[kQWarps][R][kQCols];
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
@@ -351,8 +349,7 @@ bool qgemv_enabled() {
 // tile is staged as fp32 and 64 threads dequantize one weight unit each into shared memory.
 template <typename T, int F>
 __global__ void gemm_kernel(LinParams p) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   __shared__ float xs[32][kTile + 4];
   __shared__ float ws[32][kTile + 4];
   const int tid = threadIdx.x, tm = tid / 16, tn = tid % 16;

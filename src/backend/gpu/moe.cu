@@ -15,8 +15,7 @@ namespace {
 template <typename T>
 __global__ void moe_route_kernel(const T* gates, std::int64_t stride, std::int64_t E, int K,
                                  int norm, std::int32_t* experts, float* weights, int round) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   extern __shared__ float prob[];
   const int lane = threadIdx.x;
   const std::int64_t t = blockIdx.x;
@@ -75,8 +74,7 @@ constexpr int kCombineThreads = 256;
 template <typename T>
 __global__ void moe_combine_kernel(const T* ys, std::int64_t H, int K, const float* w, T* out,
                                    std::int64_t out_stride, int round, int accumulate) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const std::int64_t t = blockIdx.x;
   const std::int64_t d = static_cast<std::int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x;
   if (d < H) {

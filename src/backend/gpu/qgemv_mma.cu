@@ -200,8 +200,7 @@ struct LaneWork {
 // is used (run 18: U = 1 / 2 / 4 gave 189 / 195 / 190 tok/s on the 8B).
 template <typename T, int WPL, int U = 2>
 __global__ void __launch_bounds__(kThreads) qgemv_mma_kernel(MmaParams mp) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   __shared__ float red[kWarps * 4 * MLXCEL_WARP_SIZE];
   const LaneWork<T, WPL> lw(mp);
   const int code = mp.p.w.scales_code;

@@ -17,8 +17,7 @@ constexpr int kBlock = 256;  // a multiple of 64 so wave64 targets also fill who
 template <typename T>
 __global__ void rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                 std::int64_t cols, std::int64_t stride, float eps) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const std::int64_t row = blockIdx.x;
   const T* xr = x + row * stride;
   float ss = 0.0f;
@@ -37,8 +36,7 @@ template <typename T>
 __global__ void add_rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ res,
                                     const T* __restrict__ w, T* __restrict__ y,
                                     T* __restrict__ res_out, std::int64_t cols, float eps) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * cols;
   float ss = 0.0f;
   for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
@@ -140,8 +138,7 @@ __global__ void __launch_bounds__(B) rms_norm_act_kernel(const T* x, std::int64_
                                                          const float* w, T* y,
                                                          std::int64_t y_stride, std::int64_t heads,
                                                          std::int64_t hd, float eps, int round) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const std::int64_t row = blockIdx.x / heads, h = blockIdx.x % heads;
   const T* xr = x + row * x_stride + h * hd;
   T* yr = y + row * y_stride + h * hd;
@@ -175,8 +172,7 @@ __global__ void __launch_bounds__(B)
     add_rms_norm_act_kernel(T* h, std::int64_t h_stride, const T* d, std::int64_t d_stride,
                             const float* w, T* y, std::int64_t y_stride, std::int64_t cols,
                             float eps, int round) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const std::int64_t row = blockIdx.x;
   T* hr = h + row * h_stride;
   const T* dr = d + row * d_stride;

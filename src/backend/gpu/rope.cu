@@ -55,8 +55,7 @@ __device__ __forceinline__ char* kv_block(const Params& p, std::int64_t t, std::
 // the last n_kv_heads append v heads.
 template <typename T, typename KT>
 __global__ void __launch_bounds__(kThreads) rope_kv_append_kernel(Params p) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   const std::int64_t t = blockIdx.x;
   const int hh = blockIdx.y;
   const int hd = p.head_dim;

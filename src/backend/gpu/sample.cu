@@ -159,8 +159,7 @@ __device__ void greedy_fast(const L* row, std::int64_t n, const std::uint32_t* m
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams a) {
-  gpu_grid_wait();  // programmatic dependent launch: see launch_kernel
-  gpu_grid_release();
+  wait_previous_kernel();
   constexpr float kNegInf = -INFINITY;
   const std::int64_t n = a.vocab;
   const SampleRow p = a.rows[blockIdx.x];
