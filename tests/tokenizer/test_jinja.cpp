@@ -172,6 +172,14 @@ TEST(JinjaLimits, FiltersRespectTheOutputCap) {
             "  ab  |a\n  b|[\n  1\n]");
 }
 
+// Found by fuzz/fuzz_chat_template.cpp: an empty sequence times a huge count passed the size
+// limits and then looped over the count (a fuzzer timeout). Python gives the empty sequence.
+TEST(JinjaLimits, EmptySequenceRepetitionIsImmediate) {
+  EXPECT_EQ(render("{{ ([] * 66666666610)|length }}|{{ ('' * 66666666610)|length }}|"
+                   "{{ (66666666610 * [])|length }}|{{ ([1, 2] * 0)|length }}"),
+            "0|0|0|0");
+}
+
 TEST(JinjaLimits, DeepTemplateVariablesAreRefused) {
   ojson deep = 1;
   for (int i = 0; i < 1000; ++i) deep = ojson::array({deep});

@@ -821,6 +821,10 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b,
     const Value* cnt = seq == &a ? &b : &a;
     if (seq && is_int_like(*cnt)) {
       int64_t n = std::max<int64_t>(0, as_int(*cnt));
+      // An empty sequence repeats to an empty one at once: the size limits below pass it for
+      // any count, and looping a huge count over nothing would spin (fuzz_chat_template).
+      const bool empty = seq->is_string() ? seq->s.empty() : seq->list->items.empty();
+      if (empty) n = 0;
       if (seq->is_string()) {
         if (static_cast<double>(seq->s.size()) * n > limits_.max_output_bytes) fail(line, "string too large");
         std::string r;
