@@ -66,7 +66,7 @@ void add(const backend::AddArgs& a, const Stream& s) {
   const Rows r{a.y.rows, a.y.cols, a.a.stride, a.b.stride, a.y.stride};
   dispatch_act(a.y.dtype, "add", [&](auto tag) {
     using T = decltype(tag);
-    launch_kernel(add_kernel<T>, grid_for(n), kThreads, 0, s, 
+    launch_kernel(add_kernel<T>, grid_for(n), kThreads, 0, s,
         static_cast<const T*>(a.a.data), static_cast<const T*>(a.b.data), static_cast<T*>(a.y.data),
         r, round_code(a.round));
   });
@@ -81,7 +81,7 @@ void gated_activation(const backend::GatedActivationArgs& a, const Stream& s) {
   const Rows r{a.out.rows, a.out.cols, a.g.stride, a.u.stride, a.out.stride};
   dispatch_act(a.out.dtype, "gated_activation", [&](auto tag) {
     using T = decltype(tag);
-    launch_kernel(gated_kernel<T>, grid_for(n), kThreads, 0, s, 
+    launch_kernel(gated_kernel<T>, grid_for(n), kThreads, 0, s,
         static_cast<const T*>(a.g.data), static_cast<const T*>(a.u.data),
         static_cast<T*>(a.out.data), r, static_cast<int>(a.act), round_code(a.round));
   });

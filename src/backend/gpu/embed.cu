@@ -106,7 +106,7 @@ void gather_rows(const backend::GatherRowsArgs& a, const Stream& s) {
   MLXCEL_CHECK(a.src.dtype == a.dst.dtype, ErrorCategory::kInternal, "gather_rows: dtypes differ");
   dispatch_act(a.src.dtype, "gather_rows", [&](auto tag) {
     using T = decltype(tag);
-    launch_kernel(gather_rows_kernel<T>, static_cast<unsigned>(a.n), kThreads, 0, s, 
+    launch_kernel(gather_rows_kernel<T>, static_cast<unsigned>(a.n), kThreads, 0, s,
         static_cast<const T*>(a.src.data), a.src.stride, a.rows, static_cast<T*>(a.dst.data),
         a.dst.stride, a.src.cols);
   });

@@ -145,7 +145,8 @@ __device__ __forceinline__ void write_tile(const T* tile, const LinParams& p, st
         __builtin_memcpy(a, &o, sizeof(o));
         __builtin_memcpy(b, &v, sizeof(v));
 #pragma unroll
-        for (int e = 0; e < kSeg; ++e) b[e] = from_f32<T>(rnd(to_f32(a[e]) + to_f32(b[e]), p.round));
+        for (int e = 0; e < kSeg; ++e)
+          b[e] = from_f32<T>(rnd(to_f32(a[e]) + to_f32(b[e]), p.round));
         __builtin_memcpy(&v, b, sizeof(v));
       }
       *reinterpret_cast<uint4*>(dst) = v;

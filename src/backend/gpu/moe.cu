@@ -96,7 +96,8 @@ void moe_route(const backend::MoeRouteArgs& a, const Stream& s) {
                "gpu moe_route: top_k / expert count");
   dispatch_act(a.gates.dtype, "moe_route", [&](auto tag) {
     using A = decltype(tag);
-    launch_kernel(moe_route_kernel<A>, static_cast<unsigned>(T), MLXCEL_WARP_SIZE, E * sizeof(float), s, 
+    launch_kernel(moe_route_kernel<A>, static_cast<unsigned>(T), MLXCEL_WARP_SIZE,
+                  E * sizeof(float), s,
         static_cast<const A*>(a.gates.data), a.gates.stride, E, a.top_k, a.norm_topk_prob ? 1 : 0,
         a.experts, a.weights, round_code(a.round));
   });
@@ -141,7 +142,7 @@ void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& 
     using A = decltype(tag);
     const dim3 grid(static_cast<unsigned>(T),
                     static_cast<unsigned>((H + kCombineThreads - 1) / kCombineThreads));
-    launch_kernel(moe_combine_kernel<A>, grid, kCombineThreads, 0, s, 
+    launch_kernel(moe_combine_kernel<A>, grid, kCombineThreads, 0, s,
         static_cast<const A*>(ys.data), H, static_cast<int>(K), a.weights,
         static_cast<A*>(a.out.data), a.out.stride, round_code(a.round), a.accumulate ? 1 : 0);
   });

@@ -57,7 +57,7 @@ __global__ void add_rms_norm_kernel(const T* __restrict__ x, const T* __restrict
 template <typename T>
 void launch_rms(const void* x, const void* w, void* y, std::int64_t rows, std::int64_t cols,
                 std::int64_t stride, float eps, const Stream& s) {
-  launch_kernel(rms_norm_kernel<T>, static_cast<unsigned>(rows), kBlock, 0, s, 
+  launch_kernel(rms_norm_kernel<T>, static_cast<unsigned>(rows), kBlock, 0, s,
       static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), cols, stride, eps);
   GPU_CHECK(gpuGetLastError(), "rms_norm launch", s.device());
 }
@@ -65,7 +65,7 @@ void launch_rms(const void* x, const void* w, void* y, std::int64_t rows, std::i
 template <typename T>
 void launch_add_rms(const void* x, const void* r, const void* w, void* y, void* ro,
                     std::int64_t rows, std::int64_t cols, float eps, const Stream& s) {
-  launch_kernel(add_rms_norm_kernel<T>, static_cast<unsigned>(rows), kBlock, 0, s, 
+  launch_kernel(add_rms_norm_kernel<T>, static_cast<unsigned>(rows), kBlock, 0, s,
       static_cast<const T*>(x), static_cast<const T*>(r), static_cast<const T*>(w),
       static_cast<T*>(y), static_cast<T*>(ro), cols, eps);
   GPU_CHECK(gpuGetLastError(), "add_rms_norm launch", s.device());
@@ -222,7 +222,7 @@ void rms_norm(const backend::RmsNormArgs& a, const Stream& s) {
     using T = decltype(tag);
     with_block(a.x.cols / heads, [&](auto bt) {
       constexpr int B = decltype(bt)::value;
-      launch_kernel(rms_norm_act_kernel<T, B>, static_cast<unsigned>(rows * heads), B, 0, s, 
+      launch_kernel(rms_norm_act_kernel<T, B>, static_cast<unsigned>(rows * heads), B, 0, s,
           static_cast<const T*>(a.x.data), a.x.stride, a.weight, static_cast<T*>(a.y.data),
           a.y.stride, heads, a.x.cols / heads, a.eps, round_code(a.round));
     });
@@ -239,7 +239,7 @@ void add_rms_norm(const backend::AddRmsNormArgs& a, const Stream& s) {
     using T = decltype(tag);
     with_block(a.h.cols, [&](auto bt) {
       constexpr int B = decltype(bt)::value;
-      launch_kernel(add_rms_norm_act_kernel<T, B>, static_cast<unsigned>(rows), B, 0, s, 
+      launch_kernel(add_rms_norm_act_kernel<T, B>, static_cast<unsigned>(rows), B, 0, s,
           static_cast<T*>(a.h.data), a.h.stride, static_cast<const T*>(a.delta.data),
           a.delta.stride, a.weight, static_cast<T*>(a.y.data), a.y.stride, a.h.cols, a.eps,
           round_code(a.round));
