@@ -255,6 +255,7 @@ struct MoeRouteArgs {
 struct MoeExpertsArgs {
   Act x;  // [T, H]
   Matrix gate, up, down;  // stacked [E, I, H], [E, I, H], [E, H, I]
+  std::int64_t num_experts = 0;  // E (the router's outputs); 0: not given
   Activation act = Activation::kSilu;
   int top_k = 0;
   const std::int32_t* experts = nullptr;

@@ -434,6 +434,7 @@ void moe(const Exec& e, const LinearWeight& router, const LinearWeight& gate,
   a.gate = gate.matrix();
   a.up = up.matrix();
   a.down = down.matrix();
+  a.num_experts = router.out();
   a.act = Activation::kSilu;
   a.top_k = top_k;
   a.experts = experts;

@@ -339,17 +339,25 @@ void Runner::sample() {
 
 // Every family on a tiny random model (odd sizes are in the op checks): the logits of a 24-token
 // prompt teacher-forced on both backends, within a bound, and the same top-1 wherever the
-// reference's margin exceeds twice the difference.
+// reference's margin exceeds twice the difference. The MoE model also prefills 80 tokens, a
+// step long enough for the GPU to group its expert rows for the GEMM (MLXCEL_GPU_MOE_GEMM=1).
 void Runner::models() {
-  for (const char* type : {"llama", "qwen2", "qwen3", "gemma3_text", "phi3", "qwen3_moe"}) {
+  struct Case {
+    const char* type;
+    int tokens;
+  };
+  const Case cases[] = {{"llama", 24}, {"qwen2", 24},     {"qwen3", 24},    {"gemma3_text", 24},
+                        {"phi3", 24},  {"qwen3_moe", 24}, {"qwen3_moe", 80}};
+  for (const Case& c : cases) {
     for (bool quantize : {false, true}) {
-      const std::string sig = std::string(type) + (quantize ? " affine4" : " bf16") + " 24 tokens";
+      const std::string sig = std::string(c.type) + (quantize ? " affine4 " : " bf16 ") +
+                              std::to_string(c.tokens) + " tokens";
       check("model", sig, [&] {
-        testing_models::Tiny t = testing_models::make(type, quantize);
-        const auto p = testing_models::prompt(24, 7);
+        testing_models::Tiny t = testing_models::make(c.type, quantize);
+        const auto p = testing_models::prompt(c.tokens, 7);
         auto logits = [&](Backend& be) {
           auto model = models::build_model(t.cfg, t.w, be);
-          runtime::KvBlockPool pool(model->kv_layout(16, 4), &be);
+          runtime::KvBlockPool pool(model->kv_layout(std::max(16, c.tokens / 4 + 2), 4), &be);
           runtime::SequenceKv kv(pool);
           std::vector<runtime::BatchItem> b = {{&kv, p, true}};
           std::vector<std::vector<float>> out;

@@ -888,12 +888,23 @@ TEST(BackendOps, MoeRoute) {
 TEST(BackendOps, MoeExperts) {
   DUT_OR_SKIP();
   std::mt19937 rng(8);
-  const std::int64_t E = 8, H = 256, I = 128;
   const WeightFormat formats[] = {{QMode::kNone, 0, 0, DType::kBF16},
                                   {QMode::kNone, 0, 0, DType::kF32},
                                   {QMode::kAffine, 4, 64, DType::kBF16},
                                   {QMode::kAffine, 8, 32, DType::kBF16},
                                   {QMode::kMxfp4, 4, 32, DType::kU8}};
+  struct Case {
+    std::int64_t T, E, H, I;
+    std::int64_t x_pad;  // x rows padded: not 16-byte aligned, so gate / up keep the GEMV
+    bool skewed;         // expert 0 takes half the first choices (> 128 rows), E - 1 none
+  };
+  // T = 32769: 65,538 expert rows, past the 65,535 block rows one GPU launch can have (bf16
+  // affine4 only, for time). T = 80 and 300 are prefill steps: under MLXCEL_GPU_MOE_GEMM=1 their
+  // rows are grouped by expert for the matrix-unit GEMM (several tiles of one expert, an expert
+  // without rows, odd expert counts and 576 / 192 widths).
+  const Case cases[] = {{1, 8, 256, 128, 4, false},    {33, 8, 256, 128, 4, false},
+                        {80, 8, 256, 128, 4, false},   {300, 10, 576, 192, 0, true},
+                        {300, 8, 256, 128, 0, false},  {32769, 8, 256, 128, 4, false}};
   for (DType act : kActs) {
     for (const WeightFormat& f : formats) {
       const OpSignature sig = weight_sig(Op::kMoeExperts, act, f);
@@ -901,20 +912,22 @@ TEST(BackendOps, MoeExperts) {
         report("moe_experts SKIPPED " + sig.str(), -1, 0);
         continue;
       }
-      // T = 32769: 65,538 expert rows, past the 65,535 block rows one GPU launch can have
-      // (bf16 affine4 only, for time).
-      for (std::int64_t T : {1, 33, 32769}) {
-        if (T > 33 && !(act == DType::kBF16 && f.mode == QMode::kAffine && f.bits == 4)) continue;
+      for (const Case& c : cases) {
+        const std::int64_t T = c.T, E = c.E, H = c.H, I = c.I;
+        const bool big = T > 300, bf16_affine4 = act == DType::kBF16 &&
+                                                 f.mode == QMode::kAffine && f.bits == 4;
+        if ((big || c.skewed) && !bf16_affine4 && !(c.skewed && act == DType::kF16)) continue;
         const int K = 2;
         HostMatrix hg = random_matrix(rng, f, I, H, E), hu = random_matrix(rng, f, I, H, E),
                    hd = random_matrix(rng, f, H, I, E);
         std::vector<std::int32_t> experts;
         std::vector<float> weights;
-        std::uniform_int_distribution<int> pick(0, static_cast<int>(E) - 1);
+        std::uniform_int_distribution<int> pick(0, static_cast<int>(E) - (c.skewed ? 2 : 1));
+        std::bernoulli_distribution half(0.5);
         for (std::int64_t t = 0; t < T; ++t) {
-          const int a = pick(rng);
+          const int a = c.skewed && half(rng) ? 0 : pick(rng);
           int b = pick(rng);
-          if (b == a) b = (a + 1) % static_cast<int>(E);
+          if (b == a) b = (a + 1) % static_cast<int>(c.skewed ? E - 1 : E);
           experts.push_back(a);
           experts.push_back(b);
           const float w0 = quant::round_to(act, 0.3f + 0.4f * static_cast<float>(t % 3) / 3.0f);
@@ -924,14 +937,15 @@ TEST(BackendOps, MoeExperts) {
         DeviceMem mg, mc;
         auto x = randn(rng, static_cast<std::size_t>(T * H), 1.0f, act);
         MoeExpertsArgs ag, ac;
-        ag.x = mg.act(gpu, act, x, T, H, 4);
-        ac.x = mc.act(cpu, act, x, T, H, 4);
+        ag.x = mg.act(gpu, act, x, T, H, c.x_pad);
+        ac.x = mc.act(cpu, act, x, T, H, c.x_pad);
         ag.gate = upload_matrix(gpu, mg, hg);
         ag.up = upload_matrix(gpu, mg, hu);
         ag.down = upload_matrix(gpu, mg, hd);
         ac.gate = upload_matrix(cpu, mc, hg);
         ac.up = upload_matrix(cpu, mc, hu);
         ac.down = upload_matrix(cpu, mc, hd);
+        ag.num_experts = ac.num_experts = E;
         ag.top_k = ac.top_k = K;
         ag.experts = mg.vec(gpu, experts);
         ac.experts = experts.data();
@@ -943,10 +957,17 @@ TEST(BackendOps, MoeExperts) {
         gpu.moe_experts(ag);
         cpu.moe_experts(ac);
         std::ostringstream s;
-        s << "moe_experts " << sig.str() << " T " << T << " E " << E << " top_k " << K;
+        s << "moe_experts " << sig.str() << " T " << T << " E " << E << " H " << H << " I " << I
+          << " top_k " << K << (c.skewed ? " skewed" : "") << (c.x_pad ? " strided" : "");
         const auto moe_out = read_act(gpu, ag.out);
         EXPECT_CLOSE(s.str(), moe_out, read_act(cpu, ac.out), rounding_steps(act, 4));
-        if (T <= 33) {  // accumulate: out = round(out + the combine), exactly as moe then add
+        if (T <= 300) {
+          // The same bits again: the expert grouping places rows in atomic order, which must not
+          // reach the results.
+          ag.out = mg.act(gpu, act, std::vector<float>(x.size()), T, H);
+          gpu.moe_experts(ag);
+          EXPECT_EQ(read_act(gpu, ag.out), moe_out) << s.str() << " repeated";
+          // accumulate: out = round(out + the combine), exactly as moe then add
           const auto res = randn(rng, x.size(), 1.0f, act);
           ag.out = mg.act(gpu, act, res, T, H);
           ag.accumulate = true;

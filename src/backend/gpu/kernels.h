@@ -34,13 +34,28 @@ void sample(const backend::SampleArgs& a, const Stream& s);                     
 std::size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a);
 void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& s);  // moe.cu
 
+// Expert-indexed rows grouped by expert for the matrix-unit GEMM (moe.cu builds them on the
+// device from the router's choices). Tile i of the GEMM's grid takes the `rows` (<= 128) row
+// indices order[first .. first + rows) of matrix `expert`; tiles i >= *tile_count are empty.
+struct ExpertTile {
+  std::int32_t expert, first, rows, unused;
+};
+struct ExpertTiles {
+  const std::int32_t* order = nullptr;  // the R expert-indexed rows, grouped by expert
+  const ExpertTile* tiles = nullptr;    // max_tiles entries, the first *tile_count filled
+  const std::int32_t* tile_count = nullptr;
+  std::int64_t max_tiles = 0;
+};
+
 // Expert-indexed linear (moe.cu uses it): row m of y = x[m / x_div] · W[experts[m]]ᵀ. With
-// experts null it is the plain linear.
+// experts null it is the plain linear. With tiles.order set as well, the matrix-unit GEMM takes
+// the rows tile by tile where it can (linear.cu falls back to the per-row GEMV elsewhere).
 struct ExpertLinear {
   backend::Act x;
   std::int64_t x_div = 1;
   backend::Matrix w;
   const std::int32_t* experts = nullptr;
+  ExpertTiles tiles;
   const float* bias = nullptr;
   backend::Act y;
   DType round = DType::kF32;

@@ -6,7 +6,7 @@
 // quantized path under MLXCEL_GPU_QGEMV=0).
 // More rows (prefill): the matrix-unit GEMM (gemm_mma.cu: CUDA by default, HIP's WMMA under
 // MLXCEL_GPU_GEMM_MMA=1), else a 64x64 tiled SIMT GEMM over 32-wide K slices staged through
-// shared memory. Every kernel applies the accumulate fusion as store_lin does (the matrix-unit
+// shared memory. Expert-indexed rows that moe.cu grouped by expert take the same GEMM per tile. Every kernel applies the accumulate fusion as store_lin does (the matrix-unit
 // GEMM through its staged output tile); a fused input norm is its own rms_norm launch first and
 // a gated activation its own launch after. Same source for CUDA and HIP.
 #include <algorithm>
@@ -448,6 +448,9 @@ void launch_qgemv(const LinParams& p, const Stream& s) {
 
 template <typename T, int F>
 void launch(const LinParams& p, bool gemm, const Stream& s) {
+  // Expert rows grouped by expert (MoE prefill): the matrix-unit GEMM, tile by tile, where it
+  // runs; else the per-row paths below, which ignore the grouping.
+  if (p.tiles.order && gemm_mma<T, F>(p, s)) return;
   if constexpr (!fmt_dense(F)) {
     if (qgemv_enabled() && (p.experts || p.m <= kQgemvMaxRows) && qgemv_aligned<T, F>(p)) {
       if constexpr (F == kAffine4) {
@@ -516,6 +519,7 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   p.x_div = a.x_div;
   p.w = wview(m);
   p.experts = a.experts;
+  p.tiles = a.experts ? a.tiles : kernels::ExpertTiles{};
   p.bias = a.bias;
   p.y = a.y.data;
   p.y_stride = a.y.stride;

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "backend/gpu/common.cuh"
+#include "backend/gpu/kernels.h"
 #include "backend/gpu/runtime.h"
 
 namespace mlxcel::gpu {
@@ -19,6 +20,7 @@ struct LinParams {
   std::int64_t row_block0 = 0;  // GEMV: the first row block of this launch (grid.y <= 65,535)
   int round = 0;
   bool accumulate = false;  // y = round(y + round(x · Wᵀ + bias)) (backend::LinearArgs)
+  kernels::ExpertTiles tiles;  // expert-indexed rows grouped for the GEMM (order null: none)
 };
 
 // Output (row-major index i, column n) = round(v + bias[n]); accumulating, y[i] = round(y[i] +
@@ -33,12 +35,21 @@ __device__ __forceinline__ void store_lin(const LinParams& p, std::int64_t i, st
   store(y, i, r, p.round);
 }
 
-// Weight pointers of the matrix row m uses (its expert's, for expert-indexed rows).
+// Weight pointers of expert e's matrix in a stacked view.
 struct WPtrs {
   const void* w;
   const void* scales;
   const void* biases;
 };
+__device__ __forceinline__ WPtrs expert_wptrs(const WView& v, std::int64_t e) {
+  WPtrs r{v.w, v.scales, v.biases};
+  r.w = static_cast<const char*>(r.w) + e * v.expert_stride_w;
+  if (r.scales) r.scales = static_cast<const char*>(r.scales) + e * v.expert_stride_s;
+  if (r.biases) r.biases = static_cast<const char*>(r.biases) + e * v.expert_stride_s;
+  return r;
+}
+// Weight pointers of the matrix row m uses (its expert's, for expert-indexed rows). Spelled out
+// rather than through expert_wptrs: the decode GEMVs' prologue schedules better this way.
 __device__ __forceinline__ WPtrs wptrs(const LinParams& p, std::int64_t m) {
   WPtrs r{p.w.w, p.w.scales, p.w.biases};
   if (p.experts) {
@@ -57,11 +68,15 @@ __device__ __forceinline__ WPtrs wptrs(const LinParams& p, std::int64_t m) {
 template <typename T>
 bool qgemv_mma(const LinParams& p, const Stream& s);
 
+// Rows per tile of the matrix-unit GEMM (gemm_mma.cu's block tile), which moe.cu's expert
+// grouping cuts each expert's rows into.
+constexpr int kGemmTileRows = 128;
+
 // Prefill GEMM on the matrix units (gemm_mma.cu) for a matrix linear.cu gives to its GEMM path
-// (more rows than the GEMVs take, no expert indexing): launches and returns true on CUDA sm_80+
-// with bf16 / f16 activations and weights quantized (any format) or dense in the activation
-// dtype, 16-byte aligned x rows and K % 32 == 0, when MLXCEL_GPU_GEMM_MMA=1 (off by default
-// until measured); false leaves the work to the SIMT gemm_kernel.
+// (more rows than the GEMVs take), or for expert-indexed rows grouped into tiles (p.tiles):
+// launches and returns true on CUDA sm_80+ (HIP: gfx11 WMMA, under MLXCEL_GPU_GEMM_MMA=1) with
+// bf16 / f16 activations and weights quantized (any format) or dense in the activation dtype,
+// 16-byte aligned x rows and K % 32 == 0; false leaves the work to the SIMT kernels.
 template <typename T, int F>
 bool gemm_mma(const LinParams& p, const Stream& s);
 

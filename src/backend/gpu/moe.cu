@@ -1,9 +1,14 @@
 // Mixture of experts as mlx-lm's SwitchGLU: router softmax (fp32, rounded) with the top-k experts
 // and optional renormalization; then per (token, chosen expert) the expert's gate/up GEMV,
 // the gated activation, the down GEMV, and the weighted sum of the rounded products in fp32.
-// Same source for CUDA and HIP.
+// Prefill steps may group the (token, expert) rows by expert first, so that the matrix-unit
+// GEMM reads each chosen expert's matrices once per 128 rows instead of once per row
+// (MLXCEL_GPU_MOE_GEMM=1; see group_experts). Same source for CUDA and HIP.
+#include <algorithm>
+
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
+#include "backend/gpu/linear.cuh"
 #include "backend/gpu/reduce.cuh"
 
 namespace mlxcel::gpu {
@@ -85,6 +90,97 @@ __global__ void moe_combine_kernel(const T* ys, std::int64_t H, int K, const flo
   }
 }
 
+// --- Grouping expert rows for the prefill GEMM ----------------------------------------------
+// The R = T * top_k rows of an expert linear (row t * top_k + j: token t's j-th choice), grouped
+// by expert on the device (the choices never leave it): order[] lists each expert's rows, and
+// each expert's run is cut into tiles of kGemmTileRows for gemm_mma's grid. Rows land in their
+// expert's run in atomic order; the GEMM's result for a row does not depend on its place (see
+// gemm_mma.cu), so this is deterministic where it matters.
+constexpr int kGroupThreads = 1024;
+constexpr std::int64_t kGroupMaxExperts = 8192;  // one int of shared memory per expert
+// Steps of up to this many tokens (decode) keep the expert-row GEMV, batch invariant like the
+// dense linears' <= 64-row GEMV; longer ones are prefill, where the dense linears take the GEMM.
+constexpr std::int64_t kGroupMinTokens = 64;
+
+// One block. cursor[e] counts expert e's rows, then (after the scan) is its next free slot.
+// Thread t owns experts [t * per, t * per + per): their row and tile totals go through an
+// inclusive scan over the threads (Hillis-Steele in shared memory, any warp width).
+__global__ void __launch_bounds__(kGroupThreads)
+    moe_group_kernel(const std::int32_t* experts, std::int64_t R, int E, std::int32_t* order,
+                     kernels::ExpertTile* tiles, std::int32_t* tile_count) {
+  wait_previous_kernel();
+  extern __shared__ std::int32_t cursor[];
+  __shared__ std::int32_t scan_rows[kGroupThreads], scan_tiles[kGroupThreads];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < E; e += kGroupThreads) cursor[e] = 0;
+  __syncthreads();
+  for (std::int64_t i = tid; i < R; i += kGroupThreads) {
+    const int e = experts[i];
+    if (e >= 0 && e < E) atomicAdd(&cursor[e], 1);
+  }
+  __syncthreads();
+  const int per = (E + kGroupThreads - 1) / kGroupThreads;
+  const int e0 = min(E, tid * per), e1 = min(E, e0 + per);
+  int rows = 0, nt = 0;
+  for (int e = e0; e < e1; ++e) {
+    rows += cursor[e];
+    nt += (cursor[e] + kGemmTileRows - 1) / kGemmTileRows;
+  }
+  scan_rows[tid] = rows;
+  scan_tiles[tid] = nt;
+  __syncthreads();
+  for (int off = 1; off < kGroupThreads; off <<= 1) {
+    const int a = tid >= off ? scan_rows[tid - off] : 0;
+    const int b = tid >= off ? scan_tiles[tid - off] : 0;
+    __syncthreads();
+    scan_rows[tid] += a;
+    scan_tiles[tid] += b;
+    __syncthreads();
+  }
+  int first = scan_rows[tid] - rows, tile = scan_tiles[tid] - nt;
+  for (int e = e0; e < e1; ++e) {
+    const int c = cursor[e];
+    for (int j = 0; j < c; j += kGemmTileRows)
+      tiles[tile++] = kernels::ExpertTile{e, first + j, min(kGemmTileRows, c - j), 0};
+    cursor[e] = first;
+    first += c;
+  }
+  if (tid == kGroupThreads - 1) *tile_count = scan_tiles[tid];
+  __syncthreads();
+  for (std::int64_t i = tid; i < R; i += kGroupThreads) {
+    const int e = experts[i];
+    if (e >= 0 && e < E) order[atomicAdd(&cursor[e], 1)] = static_cast<std::int32_t>(i);
+  }
+}
+
+// Whether moe_experts groups its rows: a prefill step (more than kGroupMinTokens tokens) in
+// bf16 / f16 with the expert count known, under MLXCEL_GPU_MOE_GEMM=1 (off until measured on a
+// GPU; the GEMM itself then still decides per matrix whether it can run, else the rows take the
+// GEMV as before).
+bool group_experts(const backend::MoeExpertsArgs& a) {
+  static const bool on = env_int("MLXCEL_GPU_MOE_GEMM", 0) != 0;
+  return on && a.x.rows > kGroupMinTokens && a.num_experts > 0 &&
+         a.num_experts <= kGroupMaxExperts &&
+         (a.x.dtype == DType::kBF16 || a.x.dtype == DType::kF16);
+}
+
+// Scratch after the three activation buffers: order (R ints), the tiles, the tile count. At
+// most R / 128 full tiles plus one partial tile per expert that has rows.
+struct GroupLayout {
+  std::size_t order = 0, tiles = 0, count = 0, end = 0;
+  std::int64_t max_tiles = 0;
+};
+std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+GroupLayout group_layout(std::size_t start, std::int64_t R, std::int64_t E) {
+  GroupLayout g;
+  g.max_tiles = R / kGemmTileRows + std::min(E, R);
+  g.order = align_up(start, 256);
+  g.tiles = align_up(g.order + static_cast<std::size_t>(R) * sizeof(std::int32_t), 16);
+  g.count = g.tiles + static_cast<std::size_t>(g.max_tiles) * sizeof(kernels::ExpertTile);
+  g.end = g.count + 16;
+  return g;
+}
+
 }  // namespace
 
 namespace kernels {
@@ -104,11 +200,14 @@ void moe_route(const backend::MoeRouteArgs& a, const Stream& s) {
   check_launch("moe_route", s.device());
 }
 
+// The gate, up and down products of every row ([R, I], [R, I], [R, H]), then the grouping.
 std::size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) {
   const std::size_t rows = static_cast<std::size_t>(a.x.rows) * static_cast<std::size_t>(a.top_k);
   const std::size_t es = dtype_size(a.x.dtype);
   const std::size_t I = static_cast<std::size_t>(a.gate.n), H = static_cast<std::size_t>(a.x.cols);
-  return rows * (2 * I + H) * es + 256;
+  const std::size_t acts = rows * (2 * I + H) * es;
+  if (!group_experts(a)) return acts + 256;
+  return group_layout(acts, static_cast<std::int64_t>(rows), a.num_experts).end;
 }
 
 void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& s) {
@@ -122,6 +221,18 @@ void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& 
   backend::Act ub{base + static_cast<std::size_t>(R * I) * es, a.x.dtype, R, I, I};
   backend::Act ys{base + static_cast<std::size_t>(2 * R * I) * es, a.x.dtype, R, H, H};
   ExpertLinear l;
+  if (group_experts(a)) {
+    const GroupLayout g = group_layout(static_cast<std::size_t>(R * (2 * I + H)) * es, R,
+                                       a.num_experts);
+    auto* order = reinterpret_cast<std::int32_t*>(base + g.order);
+    auto* tiles = reinterpret_cast<ExpertTile*>(base + g.tiles);
+    auto* count = reinterpret_cast<std::int32_t*>(base + g.count);
+    launch_kernel(moe_group_kernel, 1, kGroupThreads,
+                  static_cast<std::size_t>(a.num_experts) * sizeof(std::int32_t), s, a.experts, R,
+                  static_cast<int>(a.num_experts), order, tiles, count);
+    check_launch("moe_experts (grouping)", s.device());
+    l.tiles = ExpertTiles{order, tiles, count, g.max_tiles};
+  }
   l.x = a.x;
   l.x_div = K;
   l.experts = a.experts;

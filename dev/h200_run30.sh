@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Written in session 14 (no device was lent: nothing of it has run on a GPU). Measures the MoE
+# prefill on the matrix units: with MLXCEL_GPU_MOE_GEMM=1, steps of more than 64 tokens group
+# their (token, expert) rows by expert on the device (moe.cu's moe_group_kernel) and gemm_mma.cu
+# runs each expert's rows as 128-row tiles against that expert's matrix, instead of one GEMV per
+# row (which reads every chosen expert matrix once per row: ~10 GB per 30B layer at pp512).
+# Predictions (H100, against MOE_GEMM=0 in the same call): 30B pp512 1,254 -> >= 3,500 tok/s
+# (expected 4,000-5,000: ~100 ms of grouped GEMMs per 512 tokens at the dense GEMM's measured
+# rate, with tiles ~1/4 full at 32 rows per expert); 30B decode unchanged (steps of <= 64 tokens
+# never group); 8B / 0.6B prefill and decode unchanged within noise (the dense GEMM's SASS differs
+# only in prologue register names). Batch 16 (8,192-token prefill) gains more: fuller tiles.
+# Build here first: cmake --build --preset cuda --target mlxcel test_backend_ops; strip both into
+# .gpu/ and xz them (mlxcel.xz, test_backend_ops.xz); carry [".gpu"].
+RUN=30
+BUDGET_S=${BUDGET_S:-420}
+source dev/h200_lib.sh
+unxz_to() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2" && chmod +x "$2"; }
+unxz_to .gpu/mlxcel.xz .gpu/mlxcel
+unxz_to .gpu/test_backend_ops.xz .gpu/test_backend_ops
+MG=MLXCEL_GPU_MOE_GEMM=1
+run_tests
+run_tests $MG
+synth_all
+b 30b .gpu/mlxcel qwen3-30b-a3b 1 3
+b 30b-moegemm .gpu/mlxcel qwen3-30b-a3b 1 3 $MG
+b 8b .gpu/mlxcel llama-3.1-8b 1 3
+b 0.6b .gpu/mlxcel qwen3-0.6b 1 3
+prof 30b-moegemm .gpu/mlxcel qwen3-30b-a3b 1 $MG
+b 30b-b16 .gpu/mlxcel qwen3-30b-a3b 16 1
+b 30b-b16-moegemm .gpu/mlxcel qwen3-30b-a3b 16 1 $MG
+late "selftest" || { env $MG timeout 120 .gpu/mlxcel selftest --device gpu > "$R/selftest-moegemm.log" 2>&1
+  log "selftest $MG rc=$? $(tail -1 "$R/selftest-moegemm.log")"; }
+pack
+log "end"
