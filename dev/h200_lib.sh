@@ -17,6 +17,8 @@ CSV=$OUT/bench.csv
 mkdir -p "$R" "$S"
 t0=$SECONDS
 export MLXCEL_REQUIRE_GPU=1
+# unxz_to FILE.xz OUT: a binary carried xz-compressed in .gpu, unpacked and made executable.
+unxz_to() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2" && chmod +x "$2"; }
 log() { echo "[$((SECONDS - t0))s] $*" | tee -a "$R/steps.log"; }
 # Late optional steps give way to the call's 600 s limit (BUDGET_S seconds of the script's own).
 late() { [ $((SECONDS - t0)) -gt "${BUDGET_S:-470}" ] && { log "skipped (time): $*"; return 0; }; return 1; }

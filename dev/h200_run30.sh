@@ -14,7 +14,6 @@
 RUN=30
 BUDGET_S=${BUDGET_S:-420}
 source dev/h200_lib.sh
-unxz_to() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2" && chmod +x "$2"; }
 unxz_to .gpu/mlxcel.xz .gpu/mlxcel
 unxz_to .gpu/test_backend_ops.xz .gpu/test_backend_ops
 MG=MLXCEL_GPU_MOE_GEMM=1

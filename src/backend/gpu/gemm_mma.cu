@@ -207,6 +207,20 @@ __device__ __forceinline__ void write_tile(const T* tile, const LinParams& p, co
   return true;
 }
 
+// Runs block(rows, wp) for this block's rows: rows blockIdx.y * 128 .. of a plain linear, or the
+// grouped tile blockIdx.y (nothing for an empty tile).
+template <bool Grouped, typename Block>
+__device__ __forceinline__ void for_block_rows(const LinParams& p, Block&& block) {
+  if constexpr (Grouped) {
+    __shared__ std::int32_t xr[kBM], yr[kBM];
+    WPtrs wp;
+    if (load_tile_rows(p, xr, yr, wp)) block(TileRows{xr, yr}, wp);
+  } else {
+    block(PlainRows{static_cast<std::int64_t>(blockIdx.y) * kBM, p.m},
+          WPtrs{p.w.w, p.w.scales, p.w.biases});
+  }
+}
+
 #if defined(MLXCEL_GPU_CUDA)
 
 // grid (ceil(n / 128), ceil(m / 128)), or (ceil(n / 128), max_tiles) for grouped expert rows. Launch bounds for two blocks per SM: one block's staging
@@ -276,15 +290,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_mma_kernel(LinParams p) {
   wait_previous_kernel();
   // Raw storage: bf16 / f16 have member initializers, which __shared__ variables may not run.
   __shared__ __align__(16) unsigned char smem[sizeof(Tiles<T>)];
-  if constexpr (Grouped) {
-    __shared__ std::int32_t xr[kBM], yr[kBM];
-    WPtrs wp;
-    if (!load_tile_rows(p, xr, yr, wp)) return;
-    mma_block<T, F>(p, TileRows{xr, yr}, wp, smem);
-  } else {
-    mma_block<T, F>(p, PlainRows{static_cast<std::int64_t>(blockIdx.y) * kBM, p.m},
-                    WPtrs{p.w.w, p.w.scales, p.w.biases}, smem);
-  }
+  for_block_rows<Grouped>(
+      p, [&](const auto& rows, const WPtrs& wp) { mma_block<T, F>(p, rows, wp, smem); });
 }
 
 #else  // MLXCEL_GPU_HIP
@@ -369,15 +376,8 @@ __global__ void __launch_bounds__(kThreads) gemm_wmma_kernel(LinParams p) {
 #if defined(__GFX11__)
   // Raw storage: bf16 / f16 have member initializers, which __shared__ variables may not run.
   __shared__ __align__(16) unsigned char smem[sizeof(Tiles<T>)];
-  if constexpr (Grouped) {
-    __shared__ std::int32_t xr[kBM], yr[kBM];
-    WPtrs wp;
-    if (!load_tile_rows(p, xr, yr, wp)) return;
-    wmma_block<T, F>(p, TileRows{xr, yr}, wp, smem);
-  } else {
-    wmma_block<T, F>(p, PlainRows{static_cast<std::int64_t>(blockIdx.y) * kBM, p.m},
-                     WPtrs{p.w.w, p.w.scales, p.w.biases}, smem);
-  }
+  for_block_rows<Grouped>(
+      p, [&](const auto& rows, const WPtrs& wp) { wmma_block<T, F>(p, rows, wp, smem); });
 #else
   (void)p;
   __builtin_trap();  // the host launches this only on gfx11 devices (wmma_capable)
