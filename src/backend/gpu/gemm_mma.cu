@@ -192,8 +192,8 @@ __device__ __forceinline__ void write_tile(const T* tile, const LinParams& p, co
 // most tiles the grouping can make). Every thread of the block returns the same.
 // (Unused where the WMMA kernel is a stub.)
 [[maybe_unused]] __device__ __forceinline__ bool load_tile_rows(const LinParams& p,
-                                                                std::int32_t* xr,
-                                                                std::int32_t* yr, WPtrs& wp) {
+                                                                std::int32_t* xr, std::int32_t* yr,
+                                                                WPtrs& wp) {
   const std::int64_t t = blockIdx.y;
   if (t >= *p.tiles.tile_count) return false;
   const kernels::ExpertTile tile = p.tiles.tiles[t];
@@ -223,9 +223,10 @@ __device__ __forceinline__ void for_block_rows(const LinParams& p, Block&& block
 
 #if defined(MLXCEL_GPU_CUDA)
 
-// grid (ceil(n / 128), ceil(m / 128)), or (ceil(n / 128), max_tiles) for grouped expert rows. Launch bounds for two blocks per SM: one block's staging
-// overlaps the other's mma (no pipelining inside a block yet); 128 registers, 8-64 bytes of
-// spills in the dequant phase depending on the format.
+// grid (ceil(n / 128), ceil(m / 128)), or (ceil(n / 128), max_tiles) for grouped expert rows.
+// Launch bounds for two blocks per SM: one block's staging overlaps the other's mma (no
+// pipelining inside a block yet); 128 registers, 0-56 bytes of spills in the dequant phase
+// depending on the format (the mx / nv fp formats; the affine ones have none).
 template <typename T, int F, typename Rows>
 __device__ __forceinline__ void mma_block(const LinParams& p, const Rows& rows, const WPtrs& wp,
                                           unsigned char* smem) {

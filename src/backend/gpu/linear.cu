@@ -6,9 +6,10 @@
 // quantized path under MLXCEL_GPU_QGEMV=0).
 // More rows (prefill): the matrix-unit GEMM (gemm_mma.cu: CUDA by default, HIP's WMMA under
 // MLXCEL_GPU_GEMM_MMA=1), else a 64x64 tiled SIMT GEMM over 32-wide K slices staged through
-// shared memory. Expert-indexed rows that moe.cu grouped by expert take the same GEMM per tile. Every kernel applies the accumulate fusion as store_lin does (the matrix-unit
-// GEMM through its staged output tile); a fused input norm is its own rms_norm launch first and
-// a gated activation its own launch after. Same source for CUDA and HIP.
+// shared memory; expert-indexed rows that moe.cu grouped by expert take the same matrix-unit
+// GEMM tile by tile. Every kernel applies the accumulate fusion as store_lin does (the
+// matrix-unit GEMM through its staged output tile); a fused input norm is its own rms_norm
+// launch first and a gated activation its own launch after. Same source for CUDA and HIP.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
