@@ -29,5 +29,6 @@ b 30b-b16 .gpu/mlxcel qwen3-30b-a3b 16 1
 b 30b-b16-moegemm .gpu/mlxcel qwen3-30b-a3b 16 1 $MG
 late "selftest" || { env $MG timeout 120 .gpu/mlxcel selftest --device gpu > "$R/selftest-moegemm.log" 2>&1
   log "selftest $MG rc=$? $(tail -1 "$R/selftest-moegemm.log")"; }
+ncu_step 30b-moegemm qwen3-30b-a3b 1 $MG
 pack
 log "end"
