@@ -902,7 +902,10 @@ TEST(BackendOps, MoeExperts) {
   // affine4 only, for time). T = 80 and 300 are prefill steps: under MLXCEL_GPU_MOE_GEMM=1 their
   // rows are grouped by expert for the matrix-unit GEMM (several tiles of one expert, an expert
   // without rows, odd expert counts and 576 / 192 widths).
-  const Case cases[] = {{1, 8, 256, 128, 4, false},    {33, 8, 256, 128, 4, false},
+  // T = 1 and 7 unpadded: decode steps whose gate and up take the matrix-unit GEMV (as one
+  // launch under MLXCEL_GPU_MOE_PAIR=1; 640 = 10 groups of 64, 192 columns = 12 tiles).
+  const Case cases[] = {{1, 8, 256, 128, 0, false},    {7, 10, 640, 192, 0, false},
+                        {1, 8, 256, 128, 4, false},    {33, 8, 256, 128, 4, false},
                         {80, 8, 256, 128, 4, false},   {300, 10, 576, 192, 0, true},
                         {300, 8, 256, 128, 0, false},  {32769, 8, 256, 128, 4, false}};
   for (DType act : kActs) {

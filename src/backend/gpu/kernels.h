@@ -66,6 +66,10 @@ struct ExpertLinear {
   bool gated = false;
   backend::Activation gated_act = backend::Activation::kSilu;
   backend::Act gated_out;
+  // A second matrix of w's shape and format over the same rows into pair_y (MoE gate and up):
+  // one decode GEMV launch for both where it can (null: none).
+  const backend::Matrix* pair = nullptr;
+  backend::Act pair_y;
 };
 void linear_experts(const ExpertLinear& a, const Stream& s);  // linear.cu
 

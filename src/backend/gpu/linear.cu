@@ -449,6 +449,24 @@ void launch_qgemv(const LinParams& p, const Stream& s) {
 
 template <typename T, int F>
 void launch(const LinParams& p, bool gemm, const Stream& s) {
+  // A pair of matrices (MoE gate and up): one launch where the decode GEMV takes both, else the
+  // two matrices one by one through the paths below.
+  if (p.pair_y) {
+    if constexpr (F == kAffine4) {
+      if (!p.tiles.order && qgemv_enabled() && qgemv_aligned<T, F>(p) &&
+          reinterpret_cast<std::uintptr_t>(p.pair_w) % 16 == 0 && qgemv_mma<T>(p, s))
+        return;
+    }
+    LinParams first = p;
+    first.pair_w = first.pair_scales = first.pair_biases = nullptr;
+    first.pair_y = nullptr;
+    LinParams second = first;
+    second.w.w = p.pair_w, second.w.scales = p.pair_scales, second.w.biases = p.pair_biases;
+    second.y = p.pair_y;
+    launch<T, F>(first, gemm, s);
+    launch<T, F>(second, gemm, s);
+    return;
+  }
   // Expert rows grouped by expert (MoE prefill): the matrix-unit GEMM, tile by tile, where it
   // runs; else the per-row paths below, which ignore the grouping.
   if (p.tiles.order && gemm_mma<T, F>(p, s)) return;
@@ -527,6 +545,20 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   p.m = rows;
   p.round = round_code(a.round);
   p.accumulate = a.accumulate;
+  if (a.pair) {
+    const backend::Matrix& q = *a.pair;
+    MLXCEL_CHECK(q.mode == m.mode && q.bits == m.bits && q.group_size == m.group_size &&
+                     q.w_dtype == m.w_dtype && q.scales_dtype == m.scales_dtype && q.n == m.n &&
+                     q.k == m.k && q.expert_stride_w == m.expert_stride_w &&
+                     q.expert_stride_s == m.expert_stride_s && a.pair_y.rows == rows &&
+                     a.pair_y.cols == m.n && a.pair_y.stride == a.y.stride &&
+                     a.pair_y.dtype == a.y.dtype && !a.bias && !a.accumulate && !a.gated,
+                 ErrorCategory::kInternal, "gpu linear: pair matrix differs");
+    p.pair_w = q.w;
+    p.pair_scales = q.scales;
+    p.pair_biases = q.biases;
+    p.pair_y = a.pair_y.data;
+  }
   // Quantized formats: the GEMV up to kQgemvMaxRows rows (launch decides); dense: up to kGemvRows.
   const bool gemm = !a.experts && rows > kGemvRows;
   MLXCEL_CHECK(!a.norm_weight || (!a.experts && a.x_div == 1 && a.norm_src.rows == rows &&

@@ -21,18 +21,28 @@ struct LinParams {
   int round = 0;
   bool accumulate = false;  // y = round(y + round(x · Wᵀ + bias)) (backend::LinearArgs)
   kernels::ExpertTiles tiles;  // expert-indexed rows grouped for the GEMM (order null: none)
+  // A second matrix of w's shape, format and strides over the same x rows into pair_y (the MoE
+  // experts' gate and up): the decode GEMV runs both in one launch (null: none).
+  const void* pair_w = nullptr;
+  const void* pair_scales = nullptr;
+  const void* pair_biases = nullptr;
+  void* pair_y = nullptr;
 };
 
 // Output (row-major index i, column n) = round(v + bias[n]); accumulating, y[i] = round(y[i] +
 // that), as the unfused add would: each element is read and written by the one thread that
 // computes it, so y may be the residual stream itself.
 template <typename T>
-__device__ __forceinline__ void store_lin(const LinParams& p, std::int64_t i, std::int64_t n,
-                                          float v) {
-  T* y = static_cast<T*>(p.y);
+__device__ __forceinline__ void store_lin_to(T* y, const LinParams& p, std::int64_t i,
+                                             std::int64_t n, float v) {
   float r = rnd(v + (p.bias ? p.bias[n] : 0.0f), p.round);
   if (p.accumulate) r = to_f32(y[i]) + r;
   store(y, i, r, p.round);
+}
+template <typename T>
+__device__ __forceinline__ void store_lin(const LinParams& p, std::int64_t i, std::int64_t n,
+                                          float v) {
+  store_lin_to<T>(static_cast<T*>(p.y), p, i, n, v);
 }
 
 // Weight pointers of expert e's matrix in a stacked view.

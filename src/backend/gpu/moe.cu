@@ -164,6 +164,17 @@ bool group_experts(const backend::MoeExpertsArgs& a) {
          (a.x.dtype == DType::kBF16 || a.x.dtype == DType::kF16);
 }
 
+// Whether the gate and up products go to linear_experts as one pair (one decode GEMV launch for
+// both, where the GEMV can; linear.cu splits them elsewhere): the two matrices must share shape,
+// format and expert strides. MLXCEL_GPU_MOE_PAIR=1 (off until measured on a GPU).
+bool pair_gate_up(const backend::MoeExpertsArgs& a) {
+  static const bool on = env_int("MLXCEL_GPU_MOE_PAIR", 0) != 0;
+  const backend::Matrix &g = a.gate, &u = a.up;
+  return on && g.mode == u.mode && g.bits == u.bits && g.group_size == u.group_size &&
+         g.w_dtype == u.w_dtype && g.scales_dtype == u.scales_dtype && g.n == u.n && g.k == u.k &&
+         g.expert_stride_w == u.expert_stride_w && g.expert_stride_s == u.expert_stride_s;
+}
+
 // Scratch after the three activation buffers: order (R ints), the tiles, the tile count. At
 // most R / 128 full tiles plus one partial tile per expert that has rows.
 struct GroupLayout {
@@ -239,10 +250,17 @@ void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& 
   l.round = a.round;
   l.w = a.gate;
   l.y = ga;
-  linear_experts(l, s);
-  l.w = a.up;
-  l.y = ub;
-  linear_experts(l, s);
+  if (pair_gate_up(a)) {
+    l.pair = &a.up;
+    l.pair_y = ub;
+    linear_experts(l, s);
+    l.pair = nullptr;
+  } else {
+    linear_experts(l, s);
+    l.w = a.up;
+    l.y = ub;
+    linear_experts(l, s);
+  }
   gated_activation({a.act, ga, ub, ga, a.round}, s);
   l.x = ga;
   l.x_div = 1;

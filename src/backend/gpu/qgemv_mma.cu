@@ -51,6 +51,7 @@ struct MmaParams {
   int ks = 1;                   // warps per column tile, splitting the groups of K
   std::int64_t groups = 0;      // groups per row: k / group_size
   std::int64_t col_block0 = 0;  // the first column block of this launch
+  std::int64_t pair_blocks = 0;  // Pair: column blocks of the first matrix (p.pair_*: the second)
 };
 
 // The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
@@ -256,7 +257,11 @@ struct ChunkLoad {
 
 // PF: chunk c + 1 loaded into registers while chunk c is computed (one column set: see
 // qgemv_mma's launch). Only the load timing differs, so the bits are the same.
-template <typename T, int WPL, int NP, bool PF>
+// Pair (expert rows, one column set): column blocks from mp.pair_blocks on are the second
+// matrix's (p.pair_*), the same columns of the same rows, so a MoE step's gate and up products
+// are one launch (their fixed costs paid once). Each output's arithmetic is that of the
+// unpaired launch: same matrix shape, same K split.
+template <typename T, int WPL, int NP, bool PF, bool Pair = false>
 __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
@@ -265,7 +270,12 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
   const int g = lane / 4, t = lane % 4;
   const int tile = warp / mp.ks, kw = warp % mp.ks;
-  const std::int64_t cb = mp.col_block0 + static_cast<std::int64_t>(blockIdx.y);
+  std::int64_t cb = mp.col_block0 + static_cast<std::int64_t>(blockIdx.y);
+  bool second = false;
+  if constexpr (Pair) {
+    second = cb >= mp.pair_blocks;
+    if (second) cb -= mp.pair_blocks;
+  }
   const std::int64_t n0 = (cb * (kWarps / mp.ks) + tile) * kTileCols;
   const int per_block = p.experts ? 1 : 2 * NP;
   const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.x) * per_block;
@@ -274,7 +284,16 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   // so its first chunk is loaded before waiting for the previous kernel; expert ids are that
   // kernel's output, so expert-indexed rows wait first.
   if (p.experts) gpu_grid_wait();
-  const WPtrs wp = wptrs(p, m0);
+  WPtrs wp = wptrs(p, m0);
+  T* y = static_cast<T*>(p.y);
+  if constexpr (Pair) {
+    if (second) {
+      WView v = p.w;
+      v.w = p.pair_w, v.scales = p.pair_scales, v.biases = p.pair_biases;
+      wp = expert_wptrs(v, p.experts[m0]);
+      y = static_cast<T*>(p.pair_y);
+    }
+  }
   const std::int64_t n_last = p.w.n - 1, G = mp.groups;
   const std::int64_t na = n0 + g < n_last ? n0 + g : n_last;
   const std::int64_t nb = n0 + g + 8 < n_last ? n0 + g + 8 : n_last;
@@ -442,7 +461,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
       const int row = 2 * q + t / 2;
       const std::int64_t n = n0 + g + 8 * r2;
       if (row < mc && n <= n_last)
-        store_lin<T>(p, (m0 + row) * p.y_stride + n, n, v);
+        store_lin_to<T>(y, p, (m0 + row) * p.y_stride + n, n, v);
     }
 }
 
@@ -497,6 +516,10 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
     if (one_group_per_lane)
       while (mp.ks > (mp.groups + 3) / 4) mp.ks /= 2;  // at most one warp per 4-group chunk
     const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
+    // A pair of matrices (p.pair_y) goes as one launch only through the one-group-per-lane
+    // kernel over expert rows; elsewhere the caller launches the two matrices one by one.
+    const bool pair = p.pair_y != nullptr;
+    if (pair && (!one_group_per_lane || !p.experts)) return false;
     if (one_group_per_lane) {
       // Column sets per block: 1 at 1-2 rows (and expert-indexed rows), else 2. Each row's
       // arithmetic is the same either way, so results are too. Measured at batch 16 (run 22):
@@ -513,6 +536,14 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       static const bool prefetch = env_int("MLXCEL_GPU_QGEMV_MMA_PREFETCH", 1) != 0;
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;
+        if (pair) {
+          mp.pair_blocks = col_blocks;
+          if (prefetch)
+            return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, true>, mp, 2 * col_blocks,
+                               row_blocks, s);
+          return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, true>, mp, 2 * col_blocks,
+                             row_blocks, s);
+        }
         if (np == 2)
           return launch_grid(qgemv_mma_gpl_kernel<T, W, 2, false>, mp, col_blocks, row_blocks, s);
         if (prefetch)
