@@ -340,7 +340,8 @@ void Runner::sample() {
 // Every family on a tiny random model (odd sizes are in the op checks): the logits of a 24-token
 // prompt teacher-forced on both backends, within a bound, and the same top-1 wherever the
 // reference's margin exceeds twice the difference. The MoE model also prefills 80 tokens, a
-// step long enough for the GPU to group its expert rows for the GEMM (MLXCEL_GPU_MOE_GEMM=1).
+// step long enough for the GPU to group its expert rows for the GEMM (MLXCEL_GPU_MOE_GEMM: on
+// by default for CUDA).
 void Runner::models() {
   struct Case {
     const char* type;

@@ -899,11 +899,11 @@ TEST(BackendOps, MoeExperts) {
     bool skewed;         // expert 0 takes half the first choices (> 128 rows), E - 1 none
   };
   // T = 32769: 65,538 expert rows, past the 65,535 block rows one GPU launch can have (bf16
-  // affine4 only, for time). T = 80 and 300 are prefill steps: under MLXCEL_GPU_MOE_GEMM=1 their
+  // affine4 only, for time). T = 80 and 300 are prefill steps: by default on CUDA their
   // rows are grouped by expert for the matrix-unit GEMM (several tiles of one expert, an expert
   // without rows, odd expert counts and 576 / 192 widths).
   // T = 1 and 7 unpadded: decode steps whose gate and up take the matrix-unit GEMV (as one
-  // launch under MLXCEL_GPU_MOE_PAIR=1; 640 = 10 groups of 64, 192 columns = 12 tiles).
+  // launch by default; 640 = 10 groups of 64, 192 columns = 12 tiles).
   const Case cases[] = {{1, 8, 256, 128, 0, false},    {7, 10, 640, 192, 0, false},
                         {1, 8, 256, 128, 4, false},    {33, 8, 256, 128, 4, false},
                         {80, 8, 256, 128, 4, false},   {300, 10, 576, 192, 0, true},

@@ -3,7 +3,7 @@
 // the gated activation, the down GEMV, and the weighted sum of the rounded products in fp32.
 // Prefill steps may group the (token, expert) rows by expert first, so that the matrix-unit
 // GEMM reads each chosen expert's matrices once per 128 rows instead of once per row
-// (MLXCEL_GPU_MOE_GEMM=1; see group_experts). Same source for CUDA and HIP.
+// (see group_experts). Same source for CUDA and HIP.
 #include <algorithm>
 
 #include "backend/gpu/common.cuh"
@@ -154,11 +154,19 @@ __global__ void __launch_bounds__(kGroupThreads)
 }
 
 // Whether moe_experts groups its rows: a prefill step (more than kGroupMinTokens tokens) in
-// bf16 / f16 with the expert count known, under MLXCEL_GPU_MOE_GEMM=1 (off until measured on a
-// GPU; the GEMM itself then still decides per matrix whether it can run, else the rows take the
-// GEMV as before).
+// bf16 / f16 with the expert count known (the GEMM itself then still decides per matrix whether
+// it can run, else the rows take the GEMV as before). On by default for CUDA: run 30 (H100)
+// measured the 30B's pp512 at 1,244 -> 5,750 tok/s and batch 16's 8,192-token prefill at 1,224
+// -> 8,471, decode unchanged, test_backend_ops and the selftest passing. Off on HIP, whose
+// grouped WMMA GEMM has run on no GPU (it runs only under MLXCEL_GPU_GEMM_MMA=1 there).
+// MLXCEL_GPU_MOE_GEMM=0 / 1 overrides.
+#if defined(MLXCEL_GPU_CUDA)
+constexpr int kMoeGemmDefault = 1;
+#else
+constexpr int kMoeGemmDefault = 0;
+#endif
 bool group_experts(const backend::MoeExpertsArgs& a) {
-  static const bool on = env_int("MLXCEL_GPU_MOE_GEMM", 0) != 0;
+  static const bool on = env_int("MLXCEL_GPU_MOE_GEMM", kMoeGemmDefault) != 0;
   return on && a.x.rows > kGroupMinTokens && a.num_experts > 0 &&
          a.num_experts <= kGroupMaxExperts &&
          (a.x.dtype == DType::kBF16 || a.x.dtype == DType::kF16);
@@ -166,9 +174,10 @@ bool group_experts(const backend::MoeExpertsArgs& a) {
 
 // Whether the gate and up products go to linear_experts as one pair (one decode GEMV launch for
 // both, where the GEMV can; linear.cu splits them elsewhere): the two matrices must share shape,
-// format and expert strides. MLXCEL_GPU_MOE_PAIR=1 (off until measured on a GPU).
+// format and expert strides. On by default: run 30 (H100) measured the 30B's tg128 at 287.7 ->
+// 302.9 tok/s (+5.3 %), prefill unchanged; MLXCEL_GPU_MOE_PAIR=0 turns it off.
 bool pair_gate_up(const backend::MoeExpertsArgs& a) {
-  static const bool on = env_int("MLXCEL_GPU_MOE_PAIR", 0) != 0;
+  static const bool on = env_int("MLXCEL_GPU_MOE_PAIR", 1) != 0;
   const backend::Matrix &g = a.gate, &u = a.up;
   return on && g.mode == u.mode && g.bits == u.bits && g.group_size == u.group_size &&
          g.w_dtype == u.w_dtype && g.scales_dtype == u.scales_dtype && g.n == u.n && g.k == u.k &&
