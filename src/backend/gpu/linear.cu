@@ -547,12 +547,9 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   p.accumulate = a.accumulate;
   if (a.pair) {
     const backend::Matrix& q = *a.pair;
-    MLXCEL_CHECK(q.mode == m.mode && q.bits == m.bits && q.group_size == m.group_size &&
-                     q.w_dtype == m.w_dtype && q.scales_dtype == m.scales_dtype && q.n == m.n &&
-                     q.k == m.k && q.expert_stride_w == m.expert_stride_w &&
-                     q.expert_stride_s == m.expert_stride_s && a.pair_y.rows == rows &&
-                     a.pair_y.cols == m.n && a.pair_y.stride == a.y.stride &&
-                     a.pair_y.dtype == a.y.dtype && !a.bias && !a.accumulate && !a.gated,
+    MLXCEL_CHECK(same_layout(m, q) && a.pair_y.rows == rows && a.pair_y.cols == m.n &&
+                     a.pair_y.stride == a.y.stride && a.pair_y.dtype == a.y.dtype && !a.bias &&
+                     !a.accumulate && !a.gated,
                  ErrorCategory::kInternal, "gpu linear: pair matrix differs");
     p.pair_w = q.w;
     p.pair_scales = q.scales;

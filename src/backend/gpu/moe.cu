@@ -178,10 +178,7 @@ bool group_experts(const backend::MoeExpertsArgs& a) {
 // 302.9 tok/s (+5.3 %), prefill unchanged; MLXCEL_GPU_MOE_PAIR=0 turns it off.
 bool pair_gate_up(const backend::MoeExpertsArgs& a) {
   static const bool on = env_int("MLXCEL_GPU_MOE_PAIR", 1) != 0;
-  const backend::Matrix &g = a.gate, &u = a.up;
-  return on && g.mode == u.mode && g.bits == u.bits && g.group_size == u.group_size &&
-         g.w_dtype == u.w_dtype && g.scales_dtype == u.scales_dtype && g.n == u.n && g.k == u.k &&
-         g.expert_stride_w == u.expert_stride_w && g.expert_stride_s == u.expert_stride_s;
+  return on && kernels::same_layout(a.gate, a.up);
 }
 
 // Scratch after the three activation buffers: order (R ints), the tiles, the tile count. At
