@@ -248,6 +248,11 @@ struct MoeRouteArgs {
   std::int32_t* experts = nullptr;  // device [T, top_k]
   float* weights = nullptr;         // device [T, top_k] (rounded values)
   DType round = DType::kF32;
+  // with_router: gates are the product `router` (router.y is gates) computed first, with its
+  // fusions (a fused input norm), as linear then moe_route would; a backend may run both as one
+  // kernel (a decode step's router GEMV and its top-k). Held by value: a recorded step keeps it.
+  bool with_router = false;
+  LinearArgs router;
 };
 
 // The chosen experts' SwiGLU over each token and the weighted sum (fp32 accumulation of the

@@ -321,8 +321,9 @@ void linear(const Exec& e, const LinearWeight& w, Act x, Act y) {
   e.backend().linear(linear_args(e, w, x, y));
 }
 
-void norm_linear(const Exec& e, const NormWeight& norm, Act src, Act x, const LinearWeight& w,
-                 Act y, const GatedOut* gated) {
+namespace {
+backend::LinearArgs norm_linear_args(const Exec& e, const NormWeight& norm, Act src, Act x,
+                                     const LinearWeight& w, Act y) {
   e.require(sig(Op::kRmsNorm, e.act()));
   check_act(src, "norm_linear", "src");
   same_shape(src, x, "norm_linear");
@@ -331,6 +332,13 @@ void norm_linear(const Exec& e, const NormWeight& norm, Act src, Act x, const Li
   a.norm_weight = norm.data();
   a.norm_eps = norm.eps();
   a.norm_src = src;
+  return a;
+}
+}  // namespace
+
+void norm_linear(const Exec& e, const NormWeight& norm, Act src, Act x, const LinearWeight& w,
+                 Act y, const GatedOut* gated) {
+  backend::LinearArgs a = norm_linear_args(e, norm, src, x, w, y);
   if (gated) {
     e.require(sig(Op::kGatedActivation, e.act()));
     MLXCEL_CHECK(y.cols % 2 == 0 && gated->out.rows == y.rows && gated->out.cols == y.cols / 2,
@@ -417,11 +425,11 @@ void moe(const Exec& e, const LinearWeight& router, const LinearWeight& gate,
   e.require(sig(Op::kMoeRoute, e.act()));
   e.require(gate.signature(Op::kMoeExperts, e.act()));
   MLXCEL_CHECK(top_k > 0 && top_k <= router.out(), ErrorCategory::kInternal, "moe: top_k");
-  if (fusion.norm)
-    norm_linear(e, *fusion.norm, fusion.norm_src, x, router, gates);
-  else
-    linear(e, router, x, gates);
+  // The router's product goes to the backend with the routing (one decode kernel on a GPU).
   backend::MoeRouteArgs r;
+  r.with_router = true;
+  r.router = fusion.norm ? norm_linear_args(e, *fusion.norm, fusion.norm_src, x, router, gates)
+                         : linear_args(e, router, x, gates);
   r.gates = gates;
   r.top_k = top_k;
   r.norm_topk_prob = norm_topk_prob;

@@ -838,6 +838,18 @@ TEST(BackendOps, LinearFusions) {
 
 // --- MoE ---------------------------------------------------------------------------------------
 
+MoeRouteArgs route_args(Act gates, int top_k, bool norm, std::int32_t* experts, float* weights,
+                        DType round) {
+  MoeRouteArgs r;
+  r.gates = gates;
+  r.top_k = top_k;
+  r.norm_topk_prob = norm;
+  r.experts = experts;
+  r.weights = weights;
+  r.round = round;
+  return r;
+}
+
 TEST(BackendOps, MoeRoute) {
   DUT_OR_SKIP();
   std::mt19937 rng(7);
@@ -854,8 +866,8 @@ TEST(BackendOps, MoeRoute) {
           std::vector<float> wc(ec.size());
           auto* eg = static_cast<std::int32_t*>(mg.raw(gpu, ec.data(), ec.size() * 4));
           auto* wg = static_cast<float*>(mg.raw(gpu, wc.data(), wc.size() * 4));
-          gpu.moe_route({gg, K, norm, eg, wg, act});
-          cpu.moe_route({gc, K, norm, ec.data(), wc.data(), act});
+          gpu.moe_route(route_args(gg, K, norm, eg, wg, act));
+          cpu.moe_route(route_args(gc, K, norm, ec.data(), wc.data(), act));
           auto eg_h = read_raw<std::int32_t>(gpu, eg, ec.size());
           auto wg_h = read_raw<float>(gpu, wg, wc.size());
           // Same experts with the same weights; the order within a token may differ.
@@ -883,6 +895,99 @@ TEST(BackendOps, MoeRoute) {
       }
     }
   }
+}
+
+// moe_route with its router (with_router, as ops::moe sends it): the GPU may run the router's
+// decode GEMV and the routing as one launch (its last block per row block routes). That must
+// give exactly the bits of linear then moe_route on the same device (logits, experts, weights),
+// with and without the fused input norm, for every token count (the fused form takes up to 64
+// rows, more take the two launches) and again on a repeat (its counters reset themselves).
+// Formats the fused kernel declines (affine 4-bit, dense) must still route correctly.
+TEST(BackendOps, MoeRouteWithRouter) {
+  DUT_OR_SKIP();
+  (void)cpu;
+  std::mt19937 rng(17);
+  const WeightFormat formats[] = {{QMode::kAffine, 8, 64, DType::kBF16},
+                                  {QMode::kAffine, 8, 32, DType::kF16},
+                                  {QMode::kAffine, 6, 64, DType::kBF16},
+                                  {QMode::kMxfp4, 4, 32, DType::kU8},
+                                  {QMode::kAffine, 4, 64, DType::kBF16},
+                                  {QMode::kNone, 0, 0, DType::kBF16}};
+  struct Case {
+    std::int64_t E, H;
+    int K;
+  };
+  // 128 x 2048 top 8: Qwen3-30B-A3B's router; 60 x 576 top 4: odd widths (576 = 18 units).
+  const Case cases[] = {{128, 2048, 8}, {60, 576, 4}};
+  int ran = 0;
+  for (DType act : {DType::kBF16, DType::kF16, DType::kF32}) {
+    if (!gpu.supports(sig_of(Op::kMoeRoute, act))) continue;
+    for (const WeightFormat& f : formats) {
+      if (!gpu.supports(weight_sig(Op::kLinear, act, f))) continue;
+      for (const Case& c : cases) {
+        const HostMatrix h = random_matrix(rng, f, c.E, c.H);
+        DeviceMem mg;
+        const Matrix w = upload_matrix(gpu, mg, h);
+        std::vector<float> nw(static_cast<std::size_t>(c.H));
+        for (auto& v : nw) v = 0.5f + std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+        const float* nwg = mg.vec(gpu, nw);
+        for (std::int64_t T : {1, 7, 64, 65}) {
+          for (bool fused_norm : {false, true}) {
+            for (bool renorm : {false, true}) {
+              const auto src = randn(rng, static_cast<std::size_t>(T * c.H), 2.0f, act);
+              const std::vector<float> zx(src.size()), zg(static_cast<std::size_t>(T * c.E));
+              const std::size_t n = static_cast<std::size_t>(T * c.K);
+              struct Out {
+                std::vector<float> x, gates, weights;
+                std::vector<std::int32_t> experts;
+              };
+              auto route = [&](bool together) {
+                Act sa = mg.act(gpu, act, src, T, c.H), xa = mg.act(gpu, act, zx, T, c.H);
+                Act ga = mg.act(gpu, act, zg, T, c.E);
+                std::vector<std::int32_t> e0(n, -1);
+                std::vector<float> w0(n, 0.0f);
+                auto* eg = static_cast<std::int32_t*>(mg.raw(gpu, e0.data(), n * 4));
+                auto* wg = static_cast<float*>(mg.raw(gpu, w0.data(), n * 4));
+                LinearArgs la(fused_norm ? xa : sa, w, nullptr, ga, act);
+                if (fused_norm) {
+                  la.norm_weight = nwg;
+                  la.norm_eps = 1e-6f;
+                  la.norm_src = sa;
+                }
+                MoeRouteArgs r = route_args(ga, c.K, renorm, eg, wg, act);
+                if (together) {
+                  r.with_router = true;
+                  r.router = la;
+                } else {
+                  gpu.linear(la);
+                }
+                gpu.moe_route(r);
+                return Out{fused_norm ? read_act(gpu, xa) : std::vector<float>{}, read_act(gpu, ga),
+                           read_raw<float>(gpu, wg, n), read_raw<std::int32_t>(gpu, eg, n)};
+              };
+              const Out apart = route(false), together = route(true), again = route(true);
+              std::ostringstream s;
+              s << "moe_route with router " << weight_sig(Op::kLinear, act, f).str() << " T " << T
+                << " E " << c.E << " H " << c.H << " top_k " << c.K
+                << (fused_norm ? " norm" : "") << (renorm ? " renorm" : "");
+              EXPECT_EQ(together.x, apart.x) << s.str() << ": normalized x";
+              EXPECT_EQ(together.gates, apart.gates) << s.str() << ": logits";
+              EXPECT_EQ(together.experts, apart.experts) << s.str() << ": experts";
+              EXPECT_EQ(together.weights, apart.weights) << s.str() << ": weights";
+              EXPECT_EQ(again.experts, together.experts) << s.str() << ": repeated";
+              EXPECT_EQ(again.weights, together.weights) << s.str() << ": repeated";
+              int valid = 0;
+              for (auto e : together.experts) valid += e >= 0 && e < c.E;
+              EXPECT_EQ(valid, static_cast<int>(n)) << s.str() << ": expert ids";
+              report(s.str(), 0, 0);
+              ++ran;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(ran, 0);
 }
 
 TEST(BackendOps, MoeExperts) {

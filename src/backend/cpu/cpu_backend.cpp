@@ -378,6 +378,7 @@ void CpuBackend::gated_activation(const GatedActivationArgs& a) {
 }
 
 void CpuBackend::moe_route(const MoeRouteArgs& a) {
+  if (a.with_router) CpuBackend::linear(a.router);  // not virtual: a recording runs this as one op
   // mlx-lm qwen3_moe: softmax(router(x), precise) in fp32 with MLX's exp, rounded to the
   // activation dtype; the top-k experts as mx.argpartition picks them (std::nth_element over the
   // indices with (value, index) ordering, the last k); optional renormalization by their sum.

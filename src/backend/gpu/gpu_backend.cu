@@ -35,6 +35,8 @@ GpuBackend::GpuBackend(BackendKind kind, int device) : kind_(kind), device_(devi
   name_ = std::string(backend_name(kind)) + ":" + std::to_string(device) + " " + devs[device].name +
           " (" + devs[device].arch + ")";
   stream_ = std::make_unique<Stream>(device);
+  route_counters_ = DeviceBuffer(kernels::kRouteCounters * sizeof(int), device, "moe route counters");
+  memset_device(route_counters_.data(), 0, route_counters_.bytes(), *stream_);
   const char* e = std::getenv("MLXCEL_GPU_SYNC_OPS");
   sync_ops_ = e && *e && std::string(e) != "0";
   if (const char* pr = std::getenv("MLXCEL_GPU_PROFILE"); pr && *pr && std::string(pr) != "0")
@@ -223,7 +225,9 @@ void GpuBackend::gated_activation(const backend::GatedActivationArgs& a) {
   run("gated_activation", [&] { kernels::gated_activation(a, *stream_); });
 }
 void GpuBackend::moe_route(const backend::MoeRouteArgs& a) {
-  run("moe_route", [&] { kernels::moe_route(a, *stream_); });
+  run("moe_route", [&] {
+    kernels::moe_route(a, static_cast<int*>(route_counters_.data()), *stream_);
+  });
 }
 void GpuBackend::moe_experts(const backend::MoeExpertsArgs& a) {
   run("moe_experts",

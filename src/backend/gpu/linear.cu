@@ -20,6 +20,7 @@
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
 #include "backend/gpu/linear.cuh"
+#include "backend/gpu/moe_route.cuh"
 #include "backend/gpu/reduce.cuh"
 
 namespace mlxcel::gpu {
@@ -256,18 +257,31 @@ __device__ __forceinline__ void qgemv_unit(float (&acc)[R][kQCols], const QUnit<
   }
 }
 
+// The MoE routing of a router GEMV's rows (kernels::linear_route): the last column block of a
+// row block to finish (counters[row block], left zero for the next launch) routes its rows,
+// one warp per row (moe_route.cuh), from the logits every block has stored.
+struct RouteEpilogue {
+  int* counters = nullptr;
+  std::int32_t* experts = nullptr;  // [rows, top_k]
+  float* weights = nullptr;
+  int top_k = 0, norm = 0;
+};
+
 struct QgemvParams {
   LinParams p;
   int ksplit;                   // warps per column group: 1, 2 or 4
   GroupIndex groups;            // affine formats
   std::int64_t col_block0 = 0;  // the first column block of this launch
+  RouteEpilogue route;          // Route kernels only
 };
 
 // grid (row blocks, column blocks); R rows per block (1 for decode at batch 1 and for
-// expert-indexed rows, which may each use another matrix).
-template <typename T, int F, int R>
+// expert-indexed rows, which may each use another matrix). Route: a router's logits, then the
+// routing in each row block's last block (one launch of all column blocks; R * E floats of
+// dynamic shared memory).
+template <typename T, int F, int R, bool Route = false>
 __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
-  wait_previous_kernel();
+  if constexpr (!Route) wait_previous_kernel();
   const LinParams& p = qp.p;
   __shared__ float red[kQWarps][R][kQCols];
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
@@ -289,18 +303,35 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int c = 0; c < kQCols; ++c) acc[r][c] = 0.0f;
-  // Units in increasing order per lane (the reduction order), one at a time. Requesting the
-  // next unit before decoding this one (run 15) took 120 registers instead of 96 and made the
-  // 8B's gate_up slower (60 -> 72 us): occupancy hid the latency better than the pipeline.
-  for (std::int64_t u = gw * MLXCEL_WARP_SIZE + lane; u < units;
-       u += static_cast<std::int64_t>(ks) * MLXCEL_WARP_SIZE) {
-    QUnit<F> qu[kQCols];
+  auto load_units = [&](QUnit<F>(&qu)[kQCols], std::int64_t u) {
 #pragma unroll
     for (int c = 0; c < kQCols; ++c) {
       const std::int64_t n = n0 + c < p.w.n ? n0 + c : p.w.n - 1;
       load_qunit<F>(qu[c], wp, p.w, qp.groups, n, u);
     }
-    qgemv_unit<T, F, R>(acc, qu, xr, mc, u);
+  };
+  const std::int64_t step = static_cast<std::int64_t>(ks) * MLXCEL_WARP_SIZE;
+  if constexpr (Route) {
+    // A router has few units per lane (one for 2,048 inputs): its weights, constant, are loaded
+    // before waiting for the kernel that writes x (programmatic dependent launch), so that
+    // round trip overlaps it. The same units in the same order as below: the same bits.
+    std::int64_t u = gw * MLXCEL_WARP_SIZE + lane;
+    QUnit<F> qu[kQCols];
+    if (u < units) load_units(qu, u);
+    wait_previous_kernel();
+    for (; u < units; u += step) {
+      qgemv_unit<T, F, R>(acc, qu, xr, mc, u);
+      if (u + step < units) load_units(qu, u + step);
+    }
+  } else {
+    // Units in increasing order per lane (the reduction order), one at a time. Requesting the
+    // next unit before decoding this one (run 15) took 120 registers instead of 96 and made the
+    // 8B's gate_up slower (60 -> 72 us): occupancy hid the latency better than the pipeline.
+    for (std::int64_t u = gw * MLXCEL_WARP_SIZE + lane; u < units; u += step) {
+      QUnit<F> qu[kQCols];
+      load_units(qu, u);
+      qgemv_unit<T, F, R>(acc, qu, xr, mc, u);
+    }
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -321,6 +352,27 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
     float s = red[g * ks][r][c];
     for (int w = 1; w < ks; ++w) s += red[g * ks + w][r][c];
     store_lin<T>(p, (m0 + r) * p.y_stride + n, n, s);
+  }
+  if constexpr (Route) {
+    // Every block's logits are visible device-wide before its count; the last block reads them
+    // past L1 (moe_route.cuh's Coherent loads) after the count says all are there.
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+      last = atomicAdd(qp.route.counters + blockIdx.x, 1) == static_cast<int>(gridDim.y) - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    extern __shared__ float prob[];  // R x E
+    const RouteEpilogue& re = qp.route;
+    if (warp < mc) {
+      const std::int64_t row = m0 + warp;
+      route_token<T, true>(static_cast<const T*>(p.y) + row * p.y_stride, p.w.n, re.top_k,
+                           re.norm, re.experts + row * re.top_k, re.weights + row * re.top_k,
+                           p.round, prob + warp * p.w.n);
+    }
+    if (threadIdx.x == 0) re.counters[blockIdx.x] = 0;  // ready for the next launch
   }
 }
 
@@ -420,10 +472,12 @@ bool qgemv_aligned(const LinParams& p) {
   return x_ok && w_ok;
 }
 
-template <typename T, int F, int R>
-void launch_qgemv(const LinParams& p, const Stream& s) {
+template <typename T, int F, int R, bool Route = false>
+void launch_qgemv(const LinParams& p, const Stream& s, const RouteEpilogue& route = {}) {
+  static_assert(!Route || R <= kQWarps, "one warp routes each row of a block");
   QgemvParams qp;
   qp.p = p;
+  qp.route = route;
   const std::int64_t units = p.w.k / 32;
   qp.ksplit = qgemv_ksplit(units);
   if (fmt_affine(F)) {
@@ -439,11 +493,18 @@ void launch_qgemv(const LinParams& p, const Stream& s) {
   // more).
   constexpr std::int64_t kMaxGridY = 65535;
   const std::int64_t col_blocks = blocks_for(p.w.n, cols_per_block);
-  for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
-    qp.col_block0 = c0;
-    const dim3 grid(blocks_for(p.m, R),
-                    static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
-    launch_kernel(qgemv_kernel<T, F, R>, grid, kQThreads, 0, s, qp);
+  if constexpr (Route) {  // one launch: its last block per row block sees every column block
+    MLXCEL_CHECK(col_blocks <= kMaxGridY, ErrorCategory::kInternal, "gpu router: too many columns");
+    const dim3 grid(blocks_for(p.m, R), static_cast<unsigned>(col_blocks));
+    launch_kernel(qgemv_kernel<T, F, R, true>, grid, kQThreads,
+                  static_cast<std::size_t>(R * p.w.n) * sizeof(float), s, qp);
+  } else {
+    for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
+      qp.col_block0 = c0;
+      const dim3 grid(blocks_for(p.m, R),
+                      static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
+      launch_kernel(qgemv_kernel<T, F, R>, grid, kQThreads, 0, s, qp);
+    }
   }
 }
 
@@ -516,11 +577,13 @@ bool weight_format_supported(backend::QMode mode, DType w_dtype, int bits, int g
   return wfmt_of(mode, w_dtype, bits, group_size, scales_dtype) >= 0;
 }
 
-void linear_experts(const ExpertLinear& a, const Stream& s) {
+namespace {
+// The launch parameters of a linear, checked: a format or shape no kernel takes is refused with
+// what to do; `fmt` is the kernel format.
+LinParams lin_params(const ExpertLinear& a, int& fmt) {
   const backend::Matrix& m = a.w;
   const std::int64_t rows = a.y.rows;
-  if (rows <= 0 || m.n == 0) return;
-  const int fmt = wfmt_of(m.mode, m.w_dtype, m.bits, m.group_size, m.scales_dtype);
+  fmt = wfmt_of(m.mode, m.w_dtype, m.bits, m.group_size, m.scales_dtype);
   if (fmt < 0)
     throw_error(ErrorCategory::kUnsupported,
                 std::string("linear: no GPU kernel for weight format ") +
@@ -532,6 +595,12 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
                     "; run with --device cpu");
   MLXCEL_CHECK(a.x.dtype == a.y.dtype && a.x.cols == m.k && a.y.cols == m.n,
                ErrorCategory::kInternal, "gpu linear: x / y dtype or shape mismatch");
+  MLXCEL_CHECK(!a.norm_weight || (!a.experts && a.x_div == 1 && a.norm_src.rows == rows &&
+                                   a.norm_src.cols == m.k && a.norm_src.dtype == a.x.dtype),
+               ErrorCategory::kInternal, "gpu linear: norm source shape");
+  MLXCEL_CHECK(!a.gated || (!a.experts && m.n % 2 == 0 && a.gated_out.rows == rows &&
+                            a.gated_out.cols == m.n / 2 && a.gated_out.dtype == a.y.dtype),
+               ErrorCategory::kInternal, "gpu linear: gated output shape");
   LinParams p;
   p.x = a.x.data;
   p.x_stride = a.x.stride;
@@ -547,7 +616,7 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   p.accumulate = a.accumulate;
   if (a.pair) {
     const backend::Matrix& q = *a.pair;
-    MLXCEL_CHECK(same_layout(m, q) && a.pair_y.rows == rows && a.pair_y.cols == m.n &&
+    MLXCEL_CHECK(kernels::same_layout(m, q) && a.pair_y.rows == rows && a.pair_y.cols == m.n &&
                      a.pair_y.stride == a.y.stride && a.pair_y.dtype == a.y.dtype && !a.bias &&
                      !a.accumulate && !a.gated,
                  ErrorCategory::kInternal, "gpu linear: pair matrix differs");
@@ -556,14 +625,62 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
     p.pair_biases = q.biases;
     p.pair_y = a.pair_y.data;
   }
+  return p;
+}
+
+kernels::ExpertLinear expert_linear_of(const backend::LinearArgs& a) {
+  kernels::ExpertLinear e;
+  e.x = a.x;
+  e.w = a.w;
+  e.bias = a.bias;
+  e.y = a.y;
+  e.round = a.round;
+  e.accumulate = a.accumulate;
+  e.norm_weight = a.norm_weight;
+  e.norm_eps = a.norm_eps;
+  e.norm_src = a.norm_src;
+  e.gated = a.gated;
+  e.gated_act = a.gated_act;
+  e.gated_out = a.gated_out;
+  return e;
+}
+
+// The router GEMV with the routing in its last blocks, for the formats and shapes where linear
+// would run the SIMT qgemv (so the logits have its bits): quantized, not affine 4-bit (the
+// matrix-unit GEMV's on CUDA), up to kQgemvMaxRows rows, aligned. False: nothing launched.
+constexpr std::size_t kRouteSmemMax = 32 * 1024;  // the R x E probabilities
+// `before` runs just before the launch (the fused input norm), never when declining.
+template <typename T, int F = 0, typename Before>
+bool launch_route(int fmt, const LinParams& p, const RouteEpilogue& re, const Stream& s,
+                  const Before& before) {
+  if constexpr (F < kWFmtCount) {
+    if (fmt != F) return launch_route<T, F + 1>(fmt, p, re, s, before);
+    if constexpr (fmt_dense(F) || F == kAffine4) {
+      return false;
+    } else {
+      if (!qgemv_aligned<T, F>(p)) return false;
+      const int R = p.m == 1 ? 1 : 4;  // as launch's choice (the bits do not depend on it)
+      if (static_cast<std::size_t>(R * p.w.n) * sizeof(float) > kRouteSmemMax) return false;
+      before();
+      if (R == 1)
+        launch_qgemv<T, F, 1, true>(p, s, re);
+      else
+        launch_qgemv<T, F, 4, true>(p, s, re);
+      return true;
+    }
+  }
+  return false;
+}
+}  // namespace
+
+void linear_experts(const ExpertLinear& a, const Stream& s) {
+  const backend::Matrix& m = a.w;
+  const std::int64_t rows = a.y.rows;
+  if (rows <= 0 || m.n == 0) return;
+  int fmt = -1;
+  const LinParams p = lin_params(a, fmt);
   // Quantized formats: the GEMV up to kQgemvMaxRows rows (launch decides); dense: up to kGemvRows.
   const bool gemm = !a.experts && rows > kGemvRows;
-  MLXCEL_CHECK(!a.norm_weight || (!a.experts && a.x_div == 1 && a.norm_src.rows == rows &&
-                                   a.norm_src.cols == m.k && a.norm_src.dtype == a.x.dtype),
-               ErrorCategory::kInternal, "gpu linear: norm source shape");
-  MLXCEL_CHECK(!a.gated || (!a.experts && m.n % 2 == 0 && a.gated_out.rows == rows &&
-                            a.gated_out.cols == m.n / 2 && a.gated_out.dtype == a.y.dtype),
-               ErrorCategory::kInternal, "gpu linear: gated output shape");
   dispatch_act(a.x.dtype, "linear", [&](auto tag) {
     using T = decltype(tag);
     // The fused input norm and gated activation run as their own kernels around the product
@@ -578,21 +695,35 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   check_launch("linear", s.device());
 }
 
-void linear(const backend::LinearArgs& a, const Stream& s) {
-  ExpertLinear e;
-  e.x = a.x;
-  e.w = a.w;
-  e.bias = a.bias;
-  e.y = a.y;
-  e.round = a.round;
-  e.accumulate = a.accumulate;
-  e.norm_weight = a.norm_weight;
-  e.norm_eps = a.norm_eps;
-  e.norm_src = a.norm_src;
-  e.gated = a.gated;
-  e.gated_act = a.gated_act;
-  e.gated_out = a.gated_out;
-  linear_experts(e, s);
+void linear(const backend::LinearArgs& a, const Stream& s) { linear_experts(expert_linear_of(a), s); }
+
+bool linear_route(const backend::MoeRouteArgs& a, int* counters, int max_row_blocks,
+                  const Stream& s) {
+  const backend::LinearArgs& l = a.router;
+  const std::int64_t rows = l.y.rows;
+  if (!a.with_router || !qgemv_enabled() || rows < 1 || rows > kQgemvMaxRows ||
+      static_cast<int>(blocks_for(rows, rows == 1 ? 1 : 4)) > max_row_blocks || l.accumulate || l.gated ||
+      l.w.mode == backend::QMode::kNone || l.y.data != a.gates.data ||
+      l.y.stride != a.gates.stride || l.y.dtype != a.gates.dtype || l.y.cols != a.gates.cols)
+    return false;
+  const ExpertLinear e = expert_linear_of(l);
+  int fmt = -1;
+  const LinParams p = lin_params(e, fmt);
+  RouteEpilogue re;
+  re.counters = counters;
+  re.experts = a.experts;
+  re.weights = a.weights;
+  re.top_k = a.top_k;
+  re.norm = a.norm_topk_prob ? 1 : 0;
+  bool launched = false;
+  dispatch_act(l.x.dtype, "moe_route", [&](auto tag) {
+    using T = decltype(tag);
+    launched = launch_route<T>(fmt, p, re, s, [&] {
+      if (e.norm_weight) rms_norm({e.norm_src, e.norm_weight, e.norm_eps, e.x, e.round, 1}, s);
+    });
+  });
+  if (launched) check_launch("moe_route (router)", s.device());
+  return launched;
 }
 
 }  // namespace kernels

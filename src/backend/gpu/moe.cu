@@ -9,66 +9,20 @@
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
 #include "backend/gpu/linear.cuh"
+#include "backend/gpu/moe_route.cuh"
 #include "backend/gpu/reduce.cuh"
 
 namespace mlxcel::gpu {
 namespace {
 
-// One warp per token; the probabilities live in shared memory (E floats per warp).
-// Top-k order: descending probability, ties to the larger expert index (mx.argpartition's
-// (value, index) ordering keeps the last k); deterministic, independent of the batch.
+// One warp per token (moe_route.cuh); the probabilities live in shared memory (E floats).
 template <typename T>
 __global__ void moe_route_kernel(const T* gates, std::int64_t stride, std::int64_t E, int K,
                                  int norm, std::int32_t* experts, float* weights, int round) {
   wait_previous_kernel();
   extern __shared__ float prob[];
-  const int lane = threadIdx.x;
   const std::int64_t t = blockIdx.x;
-  const T* in = gates + t * stride;
-  float mx = -INFINITY;
-  for (std::int64_t e = lane; e < E; e += MLXCEL_WARP_SIZE) mx = fmaxf(mx, to_f32(in[e]));
-  mx = warp_max(mx);
-  float z = 0.0f;
-  for (std::int64_t e = lane; e < E; e += MLXCEL_WARP_SIZE) {
-    const float v = expf(to_f32(in[e]) - mx);
-    prob[e] = v;
-    z += v;
-  }
-  z = warp_sum(z);
-  const float inv = 1.0f / z;
-  for (std::int64_t e = lane; e < E; e += MLXCEL_WARP_SIZE) prob[e] = rnd(prob[e] * inv, round);
-  float sum = 0.0f;
-  for (int j = 0; j < K; ++j) {
-    float best = -1.0f;
-    int bi = -1;
-    for (std::int64_t e = lane; e < E; e += MLXCEL_WARP_SIZE) {
-      const float v = prob[e];
-      if (v > best || (v == best && e > bi)) {
-        best = v;
-        bi = static_cast<int>(e);
-      }
-    }
-#pragma unroll
-    for (int off = MLXCEL_WARP_SIZE / 2; off > 0; off >>= 1) {
-      const float ov = gpu_shfl_xor(best, off);
-      const int oi = gpu_shfl_xor(bi, off);
-      if (ov > best || (ov == best && oi > bi)) {
-        best = ov;
-        bi = oi;
-      }
-    }
-    if (lane == 0) {
-      experts[t * K + j] = bi;
-      weights[t * K + j] = best;
-      prob[bi] = -2.0f;  // taken (probabilities are >= 0)
-    }
-    sum += best;
-    __syncthreads();
-  }
-  if (norm && lane == 0) {
-    const float sr = rnd(sum, round);
-    for (int j = 0; j < K; ++j) weights[t * K + j] = rnd(weights[t * K + j] / sr, round);
-  }
+  route_token<T>(gates + t * stride, E, K, norm, experts + t * K, weights + t * K, round, prob);
 }
 
 // out[t] = round(sum_j round(ys[t * K + j] * w[t * K + j])), fp32 sum in j order; accumulating,
@@ -181,6 +135,14 @@ bool pair_gate_up(const backend::MoeExpertsArgs& a) {
   return on && kernels::same_layout(a.gate, a.up);
 }
 
+// Whether a decode step's router GEMV routes its tokens in its last blocks (linear_route) instead
+// of leaving that to moe_route_kernel, one launch less per MoE layer. MLXCEL_GPU_MOE_ROUTE=0
+// turns it off (the same bits either way).
+bool fuse_router(const backend::MoeRouteArgs&) {
+  static const bool on = env_int("MLXCEL_GPU_MOE_ROUTE", 1) != 0;
+  return on;
+}
+
 // Scratch after the three activation buffers: order (R ints), the tiles, the tile count. At
 // most R / 128 full tiles plus one partial tile per expert that has rows.
 struct GroupLayout {
@@ -202,11 +164,18 @@ GroupLayout group_layout(std::size_t start, std::int64_t R, std::int64_t E) {
 
 namespace kernels {
 
-void moe_route(const backend::MoeRouteArgs& a, const Stream& s) {
+void moe_route(const backend::MoeRouteArgs& a, int* counters, const Stream& s) {
   const std::int64_t T = a.gates.rows, E = a.gates.cols;
   if (T == 0) return;
   MLXCEL_CHECK(a.top_k > 0 && a.top_k <= E && E <= 8192, ErrorCategory::kInternal,
                "gpu moe_route: top_k / expert count");
+  MLXCEL_CHECK(!a.with_router || (a.router.y.data == a.gates.data && a.router.y.rows == T &&
+                                  a.router.w.n == E),
+               ErrorCategory::kInternal, "gpu moe_route: the router's output is not the gates");
+  if (a.with_router) {
+    if (fuse_router(a) && linear_route(a, counters, kRouteCounters, s)) return;
+    linear(a.router, s);
+  }
   dispatch_act(a.gates.dtype, "moe_route", [&](auto tag) {
     using A = decltype(tag);
     launch_kernel(moe_route_kernel<A>, static_cast<unsigned>(T), MLXCEL_WARP_SIZE,
