@@ -136,10 +136,11 @@ bool pair_gate_up(const backend::MoeExpertsArgs& a) {
 }
 
 // Whether a decode step's router GEMV routes its tokens in its last blocks (linear_route) instead
-// of leaving that to moe_route_kernel, one launch less per MoE layer. MLXCEL_GPU_MOE_ROUTE=0
-// turns it off (the same bits either way).
+// of leaving that to moe_route_kernel, one launch less per MoE layer (the same bits either way).
+// Off until a GPU has run it (session 17 got no device; dev/h200_run33.sh measures it):
+// MLXCEL_GPU_MOE_ROUTE=1 turns it on.
 bool fuse_router(const backend::MoeRouteArgs&) {
-  static const bool on = env_int("MLXCEL_GPU_MOE_ROUTE", 1) != 0;
+  static const bool on = env_int("MLXCEL_GPU_MOE_ROUTE", 0) != 0;
   return on;
 }
 
