@@ -897,8 +897,9 @@ TEST(BackendOps, MoeRoute) {
   }
 }
 
-// moe_route with its router (with_router, as ops::moe sends it): the GPU may run the router's
-// decode GEMV and the routing as one launch (its last block per row block routes). That must
+// moe_route with its router (with_router, as ops::moe sends it): under MLXCEL_GPU_MOE_ROUTE=1 the
+// GPU runs the router's decode GEMV and the routing as one launch (its last block per row block
+// routes; with the switch off this checks the unfused path against itself). That must
 // give exactly the bits of linear then moe_route on the same device (logits, experts, weights),
 // with and without the fused input norm, for every token count (the fused form takes up to 64
 // rows, more take the two launches) and again on a repeat (its counters reset themselves).
