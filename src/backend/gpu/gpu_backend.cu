@@ -35,7 +35,8 @@ GpuBackend::GpuBackend(BackendKind kind, int device) : kind_(kind), device_(devi
   name_ = std::string(backend_name(kind)) + ":" + std::to_string(device) + " " + devs[device].name +
           " (" + devs[device].arch + ")";
   stream_ = std::make_unique<Stream>(device);
-  route_counters_ = DeviceBuffer(kernels::kRouteCounters * sizeof(int), device, "moe route counters");
+  route_counters_ =
+      DeviceBuffer(kernels::kRouteCounters * sizeof(int), device, "moe route counters");
   memset_device(route_counters_.data(), 0, route_counters_.bytes(), *stream_);
   const char* e = std::getenv("MLXCEL_GPU_SYNC_OPS");
   sync_ops_ = e && *e && std::string(e) != "0";

@@ -267,6 +267,12 @@ struct RouteEpilogue {
   int top_k = 0, norm = 0;
 };
 
+// Rows per qgemv block: 1 for one row and for expert-indexed rows (each may use another
+// matrix), else 4. A row's bits do not depend on it.
+__host__ __device__ constexpr int qgemv_block_rows(std::int64_t m, bool experts) {
+  return experts || m == 1 ? 1 : 4;
+}
+
 struct QgemvParams {
   LinParams p;
   int ksplit;                   // warps per column group: 1, 2 or 4
@@ -536,7 +542,7 @@ void launch(const LinParams& p, bool gemm, const Stream& s) {
       if constexpr (F == kAffine4) {
         if (qgemv_mma<T>(p, s)) return;
       }
-      if (p.experts || p.m == 1) return launch_qgemv<T, F, 1>(p, s);
+      if (qgemv_block_rows(p.m, p.experts) == 1) return launch_qgemv<T, F, 1>(p, s);
       return launch_qgemv<T, F, 4>(p, s);
     }
   }
@@ -659,7 +665,7 @@ bool launch_route(int fmt, const LinParams& p, const RouteEpilogue& re, const St
       return false;
     } else {
       if (!qgemv_aligned<T, F>(p)) return false;
-      const int R = p.m == 1 ? 1 : 4;  // as launch's choice (the bits do not depend on it)
+      const int R = qgemv_block_rows(p.m, false);
       if (static_cast<std::size_t>(R * p.w.n) * sizeof(float) > kRouteSmemMax) return false;
       before();
       if (R == 1)
@@ -695,15 +701,17 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   check_launch("linear", s.device());
 }
 
-void linear(const backend::LinearArgs& a, const Stream& s) { linear_experts(expert_linear_of(a), s); }
+void linear(const backend::LinearArgs& a, const Stream& s) {
+  linear_experts(expert_linear_of(a), s);
+}
 
 bool linear_route(const backend::MoeRouteArgs& a, int* counters, int max_row_blocks,
                   const Stream& s) {
   const backend::LinearArgs& l = a.router;
   const std::int64_t rows = l.y.rows;
   if (!a.with_router || !qgemv_enabled() || rows < 1 || rows > kQgemvMaxRows ||
-      static_cast<int>(blocks_for(rows, rows == 1 ? 1 : 4)) > max_row_blocks || l.accumulate || l.gated ||
-      l.w.mode == backend::QMode::kNone || l.y.data != a.gates.data ||
+      static_cast<int>(blocks_for(rows, qgemv_block_rows(rows, false))) > max_row_blocks ||
+      l.accumulate || l.gated || l.w.mode == backend::QMode::kNone || l.y.data != a.gates.data ||
       l.y.stride != a.gates.stride || l.y.dtype != a.gates.dtype || l.y.cols != a.gates.cols)
     return false;
   const ExpertLinear e = expert_linear_of(l);

@@ -139,7 +139,7 @@ bool pair_gate_up(const backend::MoeExpertsArgs& a) {
 // of leaving that to moe_route_kernel, one launch less per MoE layer (the same bits either way).
 // Off until a GPU has run it (session 17 got no device; dev/h200_run33.sh measures it):
 // MLXCEL_GPU_MOE_ROUTE=1 turns it on.
-bool fuse_router(const backend::MoeRouteArgs&) {
+bool fuse_router() {
   static const bool on = env_int("MLXCEL_GPU_MOE_ROUTE", 0) != 0;
   return on;
 }
@@ -174,7 +174,7 @@ void moe_route(const backend::MoeRouteArgs& a, int* counters, const Stream& s) {
                                   a.router.w.n == E),
                ErrorCategory::kInternal, "gpu moe_route: the router's output is not the gates");
   if (a.with_router) {
-    if (fuse_router(a) && linear_route(a, counters, kRouteCounters, s)) return;
+    if (fuse_router() && linear_route(a, counters, kRouteCounters, s)) return;
     linear(a.router, s);
   }
   dispatch_act(a.gates.dtype, "moe_route", [&](auto tag) {
