@@ -651,6 +651,22 @@ kernels::ExpertLinear expert_linear_of(const backend::LinearArgs& a) {
   return e;
 }
 
+// The norm and the product as one launch (qgemv_mma_norm) where launch would give the product
+// to qgemv_mma: affine 4-bit, a plain (not paired, not grouped) GEMV of few rows, aligned.
+template <typename T>
+bool norm_in_gemv(int fmt, const LinParams& p, bool gemm, const kernels::ExpertLinear& a,
+                  const Stream& s) {
+  if (fmt != kAffine4 || gemm || p.experts || p.pair_y || p.tiles.order || !qgemv_enabled() ||
+      p.m > kQgemvMaxRows || !qgemv_aligned<T, kAffine4>(p))
+    return false;
+  NormIn n;
+  n.src = a.norm_src.data;
+  n.stride = a.norm_src.stride;
+  n.w = a.norm_weight;
+  n.eps = a.norm_eps;
+  return qgemv_mma_norm<T>(p, n, s);
+}
+
 // The router GEMV with the routing in its last blocks, for the formats and shapes where linear
 // would run the SIMT qgemv (so the logits have its bits): quantized, not affine 4-bit (the
 // matrix-unit GEMV's on CUDA), up to kQgemvMaxRows rows, aligned. False: nothing launched.
@@ -689,11 +705,14 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   const bool gemm = !a.experts && rows > kGemvRows;
   dispatch_act(a.x.dtype, "linear", [&](auto tag) {
     using T = decltype(tag);
-    // The fused input norm and gated activation run as their own kernels around the product
-    // (no GEMV takes them in its prologue / epilogue: run 26 measured one that did, fed by bulk
+    // The fused input norm: in the decode GEMV's prologue where the matrix-unit GEMV takes the
+    // product at 1-2 rows (norm_in_gemv), else its own kernel before the product. The gated
+    // activation is its own kernel after it (run 26 measured a GEMV that took both, fed by bulk
     // copies, at 0.6x the plain kernel's speed; see dev/NOTES.md).
-    if (a.norm_weight) rms_norm({a.norm_src, a.norm_weight, a.norm_eps, a.x, a.round, 1}, s);
-    launch_fmt<T>(fmt, p, gemm, s);
+    if (!a.norm_weight || !norm_in_gemv<T>(fmt, p, gemm, a, s)) {
+      if (a.norm_weight) rms_norm({a.norm_src, a.norm_weight, a.norm_eps, a.x, a.round, 1}, s);
+      launch_fmt<T>(fmt, p, gemm, s);
+    }
     if (a.gated)
       gated_activation({a.gated_act, a.y.sub(0, m.n / 2), a.y.sub(m.n / 2, m.n / 2), a.gated_out,
                         a.round}, s);

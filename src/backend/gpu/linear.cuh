@@ -78,6 +78,23 @@ __device__ __forceinline__ WPtrs wptrs(const LinParams& p, std::int64_t m) {
 template <typename T>
 bool qgemv_mma(const LinParams& p, const Stream& s);
 
+// A linear's fused input norm (backend::LinearArgs::norm_*): p.x = rms_norm(src) * w, rows of
+// the product's K.
+struct NormIn {
+  const void* src = nullptr;
+  std::int64_t stride = 0;
+  const float* w = nullptr;
+  float eps = 0.0f;
+};
+
+// The norm and the decode GEMV as one launch, for a matrix qgemv_mma would take with its
+// one-group-per-lane kernel at 1-2 rows (the decode step's q/k/v and gate/up products): every
+// block normalizes the rows into shared memory itself, with rms_norm_act_kernel's exact
+// reduction order (so x and y have the two launches' bits), and the first block also writes x.
+// False: nothing launched (the caller runs rms_norm, then linear). MLXCEL_GPU_FUSED_NORM=0: off.
+template <typename T>
+bool qgemv_mma_norm(const LinParams& p, const NormIn& n, const Stream& s);
+
 // Rows per tile of the matrix-unit GEMM (gemm_mma.cu's block tile), which moe.cu's expert
 // grouping cuts each expert's rows into.
 constexpr int kGemmTileRows = 128;

@@ -34,6 +34,7 @@
 
 #include "backend/gpu/linear.cuh"
 #include "backend/gpu/mma.cuh"
+#include "backend/gpu/reduce.cuh"
 
 namespace mlxcel::gpu {
 
@@ -52,6 +53,7 @@ struct MmaParams {
   std::int64_t groups = 0;      // groups per row: k / group_size
   std::int64_t col_block0 = 0;  // the first column block of this launch
   std::int64_t pair_blocks = 0;  // Pair: column blocks of the first matrix (p.pair_*: the second)
+  NormIn norm;  // NU > 0: the input norm's source rows and weight (p.x: where x goes)
 };
 
 // The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
@@ -255,13 +257,102 @@ struct ChunkLoad {
   std::uint32_t sw[8];           // s_a, b_a, s_b, b_b pairs as f32 bits (PF, 16-bit: 4 words)
 };
 
+// --- The fused input norm (NU > 0) ----------------------------------------------------------
+// x = rms_norm(src) * w for the block's 1-2 rows, into shared memory (xs, row r at r * K), with
+// rms_norm_act_kernel's arithmetic (rms_norm.cu) step for step, so x has its bits:
+//  - its block is B = 256 threads up to 2,048 columns, else 1,024, and thread v's sum of squares
+//    is the fmaf chain over columns v, v + B, v + 2B, ... in order (its zero-padded held
+//    elements add +0, which changes nothing);
+//  - block_sum<B>: warp_sum over each 32 consecutive threads, then the warps' sums added in warp
+//    order from 0;
+//  - inv = 1 / sqrt(ss / K + eps); x = round(round(v * inv) * w).
+// Here 256 threads play the B: warp w and lane l are virtual threads 32 (w + 8 i) + l, so each
+// virtual warp's butterfly runs over the same 32 values in the same lanes. A thread holds the
+// 8-column units tid + 256 i (i < NU) of src and w; w is loaded before the PDL wait (constant).
+template <int NU>
+struct NormW {
+  float4 w[NU][2];
+};
+
+template <int NU>
+__device__ __forceinline__ void load_norm_w(const MmaParams& mp, NormW<NU>& nw) {
+  const int units = static_cast<int>(mp.p.w.k / 8);
+#pragma unroll
+  for (int i = 0; i < NU; ++i) {
+    const int u = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int uc = u < units ? u : units - 1;  // clamped: not used past the row
+    nw.w[i][0] = reinterpret_cast<const float4*>(mp.norm.w)[2 * uc];
+    nw.w[i][1] = reinterpret_cast<const float4*>(mp.norm.w)[2 * uc + 1];
+  }
+}
+
+template <typename T, int NU>
+__device__ __forceinline__ void norm_rows(const MmaParams& mp, const NormW<NU>& nw,
+                                          std::int64_t m0, int mc, T* xs, bool write_x) {
+  __shared__ float part[32];  // the virtual warps' sums (B / 32 <= 32)
+  const LinParams& p = mp.p;
+  const std::int64_t K = p.w.k;
+  const int units = static_cast<int>(K / 8);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / MLXCEL_WARP_SIZE, lane = tid % MLXCEL_WARP_SIZE;
+  const int B = K <= 2048 ? 256 : 1024;  // rms_norm.cu's with_block
+  for (int r = 0; r < mc; ++r) {
+    const T* src = static_cast<const T*>(mp.norm.src) + (m0 + r) * mp.norm.stride;
+    T* xr = xs + r * K;
+    uint4 hv[NU];
+#pragma unroll
+    for (int i = 0; i < NU; ++i) {
+      const int u = tid + i * kThreads;
+      if (u < units) {
+        hv[i] = reinterpret_cast<const uint4*>(src)[u];
+        reinterpret_cast<uint4*>(xr)[u] = hv[i];
+      }
+    }
+    __syncthreads();
+    for (int vw = warp; vw < B / MLXCEL_WARP_SIZE; vw += kWarps) {
+      float ss = 0.0f;
+      for (std::int64_t c = vw * MLXCEL_WARP_SIZE + lane; c < K; c += B) {
+        const float e = to_f32(xr[c]);
+        ss = fmaf(e, e, ss);
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) part[vw] = ss;
+    }
+    __syncthreads();
+    float total = 0.0f;
+    for (int i = 0; i < B / MLXCEL_WARP_SIZE; ++i) total += part[i];
+    const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + mp.norm.eps);
+#pragma unroll
+    for (int i = 0; i < NU; ++i) {
+      const int u = tid + i * kThreads;
+      if (u < units) {
+        const T* hs = reinterpret_cast<const T*>(&hv[i]);
+        const float wf[8] = {nw.w[i][0].x, nw.w[i][0].y, nw.w[i][0].z, nw.w[i][0].w,
+                             nw.w[i][1].x, nw.w[i][1].y, nw.w[i][1].z, nw.w[i][1].w};
+        uint4 out;
+        T* os = reinterpret_cast<T*>(&out);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          os[j] = from_f32<T>(rnd(rnd(to_f32(hs[j]) * inv, p.round) * wf[j], p.round));
+        reinterpret_cast<uint4*>(xr)[u] = out;
+        if (write_x)
+          reinterpret_cast<uint4*>(static_cast<T*>(const_cast<void*>(p.x)) +
+                                   (m0 + r) * p.x_stride)[u] = out;
+      }
+    }
+    __syncthreads();  // x complete; part[] free for the next row
+  }
+}
+
 // PF: chunk c + 1 loaded into registers while chunk c is computed (one column set: see
 // qgemv_mma's launch). Only the load timing differs, so the bits are the same.
 // Pair (expert rows, one column set): column blocks from mp.pair_blocks on are the second
 // matrix's (p.pair_*), the same columns of the same rows, so a MoE step's gate and up products
 // are one launch (their fixed costs paid once). Each output's arithmetic is that of the
 // unpaired launch: same matrix shape, same K split.
-template <typename T, int WPL, int NP, bool PF, bool Pair = false>
+// NU > 0 (one column set, 1-2 rows): the input norm first (norm_rows: x into dynamic shared
+// memory, which the loop reads instead of p.x), NU 8-column units of a row per thread.
+template <typename T, int WPL, int NP, bool PF, bool Pair = false, int NU = 0>
 __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
@@ -310,6 +401,20 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
     gives[q] = t == g % 4 && r < mc;
     xrow[q] = static_cast<const T*>(p.x) + ((m0 + (gives[q] ? r : 0)) / p.x_div) * p.x_stride;
   }
+  [[maybe_unused]] T* xs = nullptr;
+  [[maybe_unused]] NormW<(NU > 0 ? NU : 1)> nw;
+  if constexpr (NU > 0) {
+    extern __shared__ uint4 norm_smem[];
+    xs = reinterpret_cast<T*>(norm_smem);
+#pragma unroll
+    for (int q = 0; q < NP; ++q) xrow[q] = xs + (gives[q] ? 2 * q + g / 4 : 0) * p.w.k;
+    load_norm_w<NU>(mp, nw);
+  }
+  // After the wait: the fused norm, when there is one.
+  auto after_wait = [&] {
+    if constexpr (NU > 0)
+      norm_rows<T, NU>(mp, nw, m0, mc, xs, blockIdx.y == 0 && mp.col_block0 == 0);
+  };
   const int code = p.w.scales_code;
   // This lane's D columns 2t, 2t + 1: group offsets 2 (t % 2) and 2 (t % 2) + 1.
   const int j0 = 2 * (t % 2);
@@ -424,6 +529,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
     if (c_begin < c_end) load_chunk(c_begin, cur);
     if (!p.experts) gpu_grid_wait();
     gpu_grid_release();
+    after_wait();
     for (std::int64_t c = c_begin; c < c_end; ++c) {
       ChunkLoad<GW> next;
       load_chunk(c + 1 < c_end ? c + 1 : c, next);
@@ -433,6 +539,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   } else {
     if (!p.experts) gpu_grid_wait();
     gpu_grid_release();
+    after_wait();
     for (std::int64_t c = c_begin; c < c_end; ++c) {
       ChunkLoad<GW> cur;
       load_chunk(c, cur);
@@ -485,13 +592,52 @@ int choose_ks(std::int64_t tiles, std::int64_t groups) {
 // Column blocks go in y, at most 65,535 per launch (a 262k vocabulary has more).
 template <typename Kernel>
 void launch_grid(Kernel kernel, MmaParams mp, std::int64_t col_blocks, unsigned row_blocks,
-                 const Stream& s) {
+                 const Stream& s, std::size_t smem = 0) {
   constexpr std::int64_t kMaxGridY = 65535;
   for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
     mp.col_block0 = c0;
     const dim3 grid(row_blocks, static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
-    launch_kernel(kernel, grid, kThreads, 0, s, mp);
+    launch_kernel(kernel, grid, kThreads, smem, s, mp);
   }
+}
+
+// How qgemv_mma runs a matrix: the K split, the column blocks, and whether the one-group-per-lane
+// kernel takes it (group sizes 32 / 64 with an even group count: a lane's two scales are one
+// aligned word; MLXCEL_GPU_QGEMV_MMA_GPL=0: never). Depends on the matrix only.
+struct Plan {
+  MmaParams mp;
+  std::int64_t col_blocks = 0;
+  bool gpl = false;
+};
+
+Plan plan_of(const LinParams& p) {
+  Plan pl;
+  const int gs = p.w.group_size;
+  pl.mp.p = p;
+  pl.mp.groups = p.w.k / gs;
+  const std::int64_t tiles = (p.w.n + kTileCols - 1) / kTileCols;
+  static const bool gpl = env_int("MLXCEL_GPU_QGEMV_MMA_GPL", 1) != 0;
+  pl.gpl = gpl && gs <= 64 && pl.mp.groups % 2 == 0;
+  pl.mp.ks = choose_ks(tiles, pl.mp.groups);
+  if (pl.gpl)
+    while (pl.mp.ks > (pl.mp.groups + 3) / 4) pl.mp.ks /= 2;  // at most one warp per 4-group chunk
+  pl.col_blocks = (tiles + (kWarps / pl.mp.ks) - 1) / (kWarps / pl.mp.ks);
+  return pl;
+}
+
+bool mma_on(const Stream& s) {
+  static const bool on = env_int("MLXCEL_GPU_QGEMV_MMA", 1) != 0;
+  return on && mma_capable(s.device());
+}
+
+// Prefetch (each lane loads its next chunk into registers before computing the current one; the
+// same bits) with one column set: run 27 (H100) 8B 286 -> 300 tok/s, 0.6B +2 %, 30B +2 %. Not
+// with two, where its 130+ registers leave one block per SM (batch 16: 1,245 -> 785 tok/s).
+// MLXCEL_GPU_QGEMV_MMA_PREFETCH=0 turns it off. (A deeper prefetch, a 4-stage cp.async ring in
+// shared memory, ran at 0.67x: run 28, dev/NOTES.md.)
+bool prefetch_on() {
+  static const bool on = env_int("MLXCEL_GPU_QGEMV_MMA_PREFETCH", 1) != 0;
+  return on;
 }
 
 }  // namespace
@@ -501,26 +647,16 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
   if constexpr (!std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
     return false;
   } else {
-    static const bool on = env_int("MLXCEL_GPU_QGEMV_MMA", 1) != 0;
-    if (!on || !mma_capable(s.device())) return false;
+    if (!mma_on(s)) return false;
     const int gs = p.w.group_size;
-    MmaParams mp;
-    mp.p = p;
-    mp.groups = p.w.k / gs;
-    const std::int64_t tiles = (p.w.n + kTileCols - 1) / kTileCols;
-    // One group per lane (MLXCEL_GPU_QGEMV_MMA_GPL=0: off): group sizes 32 / 64 with an even
-    // group count (a lane's two scales are one aligned word).
-    static const bool gpl = env_int("MLXCEL_GPU_QGEMV_MMA_GPL", 1) != 0;
-    const bool one_group_per_lane = gpl && gs <= 64 && mp.groups % 2 == 0;
-    mp.ks = choose_ks(tiles, mp.groups);
-    if (one_group_per_lane)
-      while (mp.ks > (mp.groups + 3) / 4) mp.ks /= 2;  // at most one warp per 4-group chunk
-    const std::int64_t col_blocks = (tiles + (kWarps / mp.ks) - 1) / (kWarps / mp.ks);
+    Plan pl = plan_of(p);
+    MmaParams& mp = pl.mp;
+    const std::int64_t col_blocks = pl.col_blocks;
     // A pair of matrices (p.pair_y) goes as one launch only through the one-group-per-lane
     // kernel over expert rows; elsewhere the caller launches the two matrices one by one.
     const bool pair = p.pair_y != nullptr;
-    if (pair && (!one_group_per_lane || !p.experts)) return false;
-    if (one_group_per_lane) {
+    if (pair && (!pl.gpl || !p.experts)) return false;
+    if (pl.gpl) {
       // Column sets per block: 1 at 1-2 rows (and expert-indexed rows), else 2. Each row's
       // arithmetic is the same either way, so results are too. Measured at batch 16 (run 22):
       // 2 sets 1,108 tok/s, 1 set 843 (the weights re-read per row pair), 4 sets 910 (184
@@ -528,12 +664,7 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       // spilled) 236 -> 211 tok/s, 3 blocks (80, 16 B spilled) 239 -> 230 (runs 22-23).
       const int np = p.experts || p.m <= 2 ? 1 : 2;
       const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
-      // Prefetch (each lane loads its next chunk into registers before computing the current
-      // one; the same bits) with one column set: run 27 (H100) 8B 286 -> 300 tok/s, 0.6B +2 %,
-      // 30B +2 %. Not with two, where its 130+ registers leave one block per SM (batch 16:
-      // 1,245 -> 785 tok/s). MLXCEL_GPU_QGEMV_MMA_PREFETCH=0 turns it off. (A deeper prefetch,
-      // a 4-stage cp.async ring in shared memory, ran at 0.67x: run 28, dev/NOTES.md.)
-      static const bool prefetch = env_int("MLXCEL_GPU_QGEMV_MMA_PREFETCH", 1) != 0;
+      const bool prefetch = prefetch_on();
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;
         if (pair) {
@@ -567,10 +698,61 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
   }
 }
 
+template <typename T>
+bool qgemv_mma_norm(const LinParams& p, const NormIn& n, const Stream& s) {
+  if constexpr (!std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
+    return false;
+  } else {
+    static const bool on = env_int("MLXCEL_GPU_FUSED_NORM", 1) != 0;
+    if (!on || !mma_on(s) || p.experts || p.pair_y || p.m < 1 || p.m > 2) return false;
+    Plan pl = plan_of(p);
+    if (!pl.gpl) return false;
+    // x (1-2 rows of K) in shared memory, and NU <= 4 units of 8 columns per thread.
+    const std::int64_t k = p.w.k;
+    const std::size_t smem = static_cast<std::size_t>(p.m * k) * sizeof(T);
+    constexpr std::size_t kMaxSmem = 32 * 1024;
+    const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+    if (k > 4 * 8 * kThreads || smem > kMaxSmem || !aligned(n.src) || !aligned(n.w) ||
+        (n.stride * static_cast<std::int64_t>(sizeof(T))) % 16 != 0 ||
+        (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 != 0 || p.x_div != 1)
+      return false;
+    pl.mp.norm = n;
+    const unsigned row_blocks = 1;
+    const bool prefetch = prefetch_on();
+    auto go = [&](auto wpl, auto nu) {
+      constexpr int W = decltype(wpl)::value, NU = decltype(nu)::value;
+      if (prefetch)
+        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, false, NU>, pl.mp, pl.col_blocks,
+                    row_blocks, s, smem);
+      else
+        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, false, NU>, pl.mp, pl.col_blocks,
+                    row_blocks, s, smem);
+    };
+    auto by_nu = [&](auto wpl) {
+      if (k <= 8 * kThreads)
+        go(wpl, std::integral_constant<int, 1>{});
+      else if (k <= 2 * 8 * kThreads)
+        go(wpl, std::integral_constant<int, 2>{});
+      else
+        go(wpl, std::integral_constant<int, 4>{});
+    };
+    if (p.w.group_size == 32)
+      by_nu(std::integral_constant<int, 1>{});
+    else
+      by_nu(std::integral_constant<int, 2>{});
+    return true;
+  }
+}
+
 #else  // MLXCEL_GPU_HIP: no mma.sync; the SIMT qgemv serves every format.
 
 template <typename T>
 bool qgemv_mma(const LinParams&, const Stream&) {
+  return false;
+}
+
+template <typename T>
+bool qgemv_mma_norm(const LinParams&, const NormIn&, const Stream&) {
   return false;
 }
 
@@ -579,5 +761,8 @@ bool qgemv_mma(const LinParams&, const Stream&) {
 template bool qgemv_mma<float>(const LinParams&, const Stream&);
 template bool qgemv_mma<bf16>(const LinParams&, const Stream&);
 template bool qgemv_mma<f16>(const LinParams&, const Stream&);
+template bool qgemv_mma_norm<float>(const LinParams&, const NormIn&, const Stream&);
+template bool qgemv_mma_norm<bf16>(const LinParams&, const NormIn&, const Stream&);
+template bool qgemv_mma_norm<f16>(const LinParams&, const NormIn&, const Stream&);
 
 }  // namespace mlxcel::gpu
