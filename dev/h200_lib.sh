@@ -3,7 +3,8 @@
 # after setting RUN=NN. Binaries are built here and carried in `.gpu` (see docs/development.md).
 #   log MSG                           timestamped line into $R/steps.log and stdout
 #   pack                              tars $R (and the CSV) into $OUT/resultsNN.tgz
-#   run_tests [ENV...]                .gpu/test_backend_ops, its verdict logged
+#   run_tests [ENV...]                .gpu/test_backend_ops, its verdict logged (report: $R/tests-*.tsv)
+#   same_bits "ENV_A" "ENV_B"         two run_tests' reports compared for identical output bits
 #   synth_all                         affine4 g64 checkpoints of the three benchmark shapes
 #   b TAG BINARY MODEL BATCH REPEAT [ENV...]   one `mlxcel bench` pp512/tg128 into $CSV
 #   prof TAG BINARY MODEL BATCH [ENV...]       per-op device time (MLXCEL_GPU_PROFILE=1)
@@ -25,9 +26,17 @@ late() { [ $((SECONDS - t0)) -gt "${BUDGET_S:-470}" ] && { log "skipped (time): 
 pack() { cp "$CSV" "$R/" 2>/dev/null; tar -C "$OUT" -czf "$OUT/results${RUN}.tgz" r; }
 run_tests() {
   local tag=tests-$(echo "$*" | tr -c 'A-Za-z0-9=_\n' '_')
-  env "$@" timeout 150 .gpu/test_backend_ops --gtest_color=no > "$R/$tag.log" 2>&1
+  rm -f "$R/$tag.tsv"
+  env MLXCEL_OPS_REPORT="$R/$tag.tsv" "$@" timeout 150 .gpu/test_backend_ops --gtest_color=no \
+    > "$R/$tag.log" 2>&1
   log "test_backend_ops $* rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$R/$tag.log" | tr '\n' ' ')"
   grep -E "Failure|differs|actual|max err" "$R/$tag.log" | head -10
+}
+# same_bits "ENV_A" "ENV_B": whether run_tests under the two switch sets gave every case the same
+# output bits (their reports' hashes; scripts/ops_report.py --same-bits).
+same_bits() {
+  local a=tests-$(echo "$1" | tr -c 'A-Za-z0-9=_\n' '_') b=tests-$(echo "$2" | tr -c 'A-Za-z0-9=_\n' '_')
+  log "same bits [$1] vs [$2]: $(python3 scripts/ops_report.py "$R/$a.tsv" --same-bits "$R/$b.tsv" 2>&1 | head -8 | tr '\n' ' ')"
 }
 synth_all() {
   for shape in qwen3-0.6b llama-3.1-8b qwen3-30b-a3b; do

@@ -1,25 +1,55 @@
 #!/usr/bin/env python3
 """Summarize a tests/backend_ops report (MLXCEL_OPS_REPORT=FILE: one line per case, tab-separated
-signature, normalized error, bound, ok|FAIL; error -1 marks a skipped combination) as Markdown:
-per op and activation dtype, the cases run, the worst error and its bound, failures and skips.
+signature, normalized error, bound, ok|FAIL, and a hash of the device output's bits; error -1
+marks a skipped combination) as Markdown: per op and activation dtype, the cases run, the worst
+error and its bound, failures and skips. With --same-bits OTHER.tsv (a report of the same binary
+under other MLXCEL_GPU_* switches) it lists the cases whose output bits differ between the two
+and exits 1 if any do: a fusion that claims the unfused launches' bits is checked this way.
 
-usage: ops_report.py REPORT.tsv [--markdown OUT]
+usage: ops_report.py REPORT.tsv [--markdown OUT] [--same-bits OTHER.tsv]
 """
 import argparse
 import collections
 import sys
 
 
+def hashes(path):
+    """signature -> the output hashes of its cases, in order (a signature may repeat)."""
+    h = collections.defaultdict(list)
+    for line in open(path):
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) == 5 and float(parts[1]) >= 0:
+            h[parts[0]].append(parts[4])
+    return h
+
+
+def same_bits(a_path, b_path):
+    a, b = hashes(a_path), hashes(b_path)
+    common = [s for s in a if s in b]
+    differ = [s for s in common if a[s] != b[s]]
+    only = sorted(set(a) ^ set(b))
+    print(f"{len(common)} signatures in both reports, {len(differ)} with other output bits, "
+          f"{len(only)} in one report only")
+    for s in differ[:50]:
+        print(f"- differs: {s}")
+    for s in only[:20]:
+        print(f"- in one report only: {s}")
+    return 1 if differ or not common else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("report")
     ap.add_argument("--markdown")
+    ap.add_argument("--same-bits")
     a = ap.parse_args()
+    if a.same_bits:
+        return same_bits(a.report, a.same_bits)
     rows = collections.OrderedDict()
     skipped, failed = [], []
     for line in open(a.report):
         parts = line.rstrip("\n").split("\t")
-        if len(parts) != 4:
+        if len(parts) not in (4, 5):
             continue
         sig, err, lim, status = parts[0], float(parts[1]), float(parts[2]), parts[3]
         if err < 0:

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
@@ -61,15 +62,28 @@ Backend& cpu_backend() {
 
 // --- Error bounds and reporting ----------------------------------------------------------------
 
-void report(const std::string& sig, double err, double lim) {
+// One report line per checked case: signature, error, bound, verdict and (for EXPECT_CLOSE) a
+// hash of the device's output bits, so that two runs under different MLXCEL_GPU_* switches can
+// be compared for identical results (dev/h200_run*.sh diffs the reports).
+void report(const std::string& sig, double err, double lim, std::uint64_t bits = 0) {
   static FILE* f = [] {
     const char* p = std::getenv("MLXCEL_OPS_REPORT");
     return p ? std::fopen(p, "a") : nullptr;
   }();
   if (f) {
-    std::fprintf(f, "%s\t%.3g\t%.3g\t%s\n", sig.c_str(), err, lim, err <= lim ? "ok" : "FAIL");
+    std::fprintf(f, "%s\t%.3g\t%.3g\t%s\t%016llx\n", sig.c_str(), err, lim,
+                 err <= lim ? "ok" : "FAIL", static_cast<unsigned long long>(bits));
     std::fflush(f);
   }
+}
+
+// FNV-1a over a vector's bytes.
+template <typename V>
+std::uint64_t bits_hash(const V& v) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (std::size_t i = 0; i < v.size() * sizeof(v[0]); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
 }
 
 // Bounds are rounding_steps(act, n): ops round once (or twice, for the gated activation and the
@@ -77,7 +91,7 @@ void report(const std::string& sig, double err, double lim) {
 #define EXPECT_CLOSE(sig, got, want, lim)          \
   do {                                             \
     const double e_ = normalized_error(got, want); \
-    report(sig, e_, lim);                          \
+    report(sig, e_, lim, bits_hash(got));          \
     EXPECT_LE(e_, lim) << sig;                     \
   } while (0)
 
@@ -1003,17 +1017,23 @@ TEST(BackendOps, MoeExperts) {
     std::int64_t T, E, H, I;
     std::int64_t x_pad;  // x rows padded: not 16-byte aligned, so gate / up keep the GEMV
     bool skewed;         // expert 0 takes half the first choices (> 128 rows), E - 1 none
+    int top_k = 2;
   };
   // T = 32769: 65,538 expert rows, past the 65,535 block rows one GPU launch can have (bf16
   // affine4 only, for time). T = 80 and 300 are prefill steps: by default on CUDA their
   // rows are grouped by expert for the matrix-unit GEMM (several tiles of one expert, an expert
   // without rows, odd expert counts and 576 / 192 widths).
   // T = 1 and 7 unpadded: decode steps whose gate and up take the matrix-unit GEMV (as one
-  // launch by default; 640 = 10 groups of 64, 192 columns = 12 tiles).
+  // launch by default; 640 = 10 groups of 64, 192 columns = 12 tiles). Qwen3-30B-A3B's expert
+  // shape (H 2048, I 768, top 8; 16 of its 128 experts) and Qwen1.5-MoE's (I 1408, top 4) at
+  // decode, 16-bit affine 4 only: the down projection with the gated activation and the
+  // combine in one launch under MLXCEL_GPU_MOE_FUSED_DOWN=1 (I = 128 above too).
   const Case cases[] = {{1, 8, 256, 128, 0, false},    {7, 10, 640, 192, 0, false},
                         {1, 8, 256, 128, 4, false},    {33, 8, 256, 128, 4, false},
                         {80, 8, 256, 128, 4, false},   {300, 10, 576, 192, 0, true},
-                        {300, 8, 256, 128, 0, false},  {32769, 8, 256, 128, 4, false}};
+                        {300, 8, 256, 128, 0, false},  {32769, 8, 256, 128, 4, false},
+                        {1, 16, 2048, 768, 0, false, 8}, {5, 16, 2048, 768, 0, false, 8},
+                        {3, 12, 2048, 1408, 0, false, 4}};
   for (DType act : kActs) {
     for (const WeightFormat& f : formats) {
       const OpSignature sig = weight_sig(Op::kMoeExperts, act, f);
@@ -1026,14 +1046,25 @@ TEST(BackendOps, MoeExperts) {
         const bool big = T > 300, bf16_affine4 = act == DType::kBF16 &&
                                                  f.mode == QMode::kAffine && f.bits == 4;
         if ((big || c.skewed) && !bf16_affine4 && !(c.skewed && act == DType::kF16)) continue;
-        const int K = 2;
+        const bool affine4_16 = act != DType::kF32 && f.mode == QMode::kAffine && f.bits == 4;
+        if (H >= 2048 && !affine4_16) continue;
+        const int K = c.top_k;
         HostMatrix hg = random_matrix(rng, f, I, H, E), hu = random_matrix(rng, f, I, H, E),
                    hd = random_matrix(rng, f, H, I, E);
         std::vector<std::int32_t> experts;
         std::vector<float> weights;
         std::uniform_int_distribution<int> pick(0, static_cast<int>(E) - (c.skewed ? 2 : 1));
         std::bernoulli_distribution half(0.5);
-        for (std::int64_t t = 0; t < T; ++t) {
+        for (std::int64_t t = 0; t < T && K > 2; ++t) {  // K distinct experts, unequal weights
+          std::vector<int> ids(static_cast<std::size_t>(E));
+          std::iota(ids.begin(), ids.end(), 0);
+          std::shuffle(ids.begin(), ids.end(), rng);
+          for (int j = 0; j < K; ++j) {
+            experts.push_back(ids[static_cast<std::size_t>(j)]);
+            weights.push_back(quant::round_to(act, static_cast<float>(K - j) / (K * (K + 1) / 2)));
+          }
+        }
+        for (std::int64_t t = 0; t < T && K == 2; ++t) {
           const int a = c.skewed && half(rng) ? 0 : pick(rng);
           int b = pick(rng);
           if (b == a) b = (a + 1) % static_cast<int>(c.skewed ? E - 1 : E);

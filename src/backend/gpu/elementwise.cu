@@ -1,6 +1,7 @@
 // Elementwise ops over strided activation rows: add and the gated activations (SwiGLU, GeGLU),
 // each rounding as the CPU backend does. Same source for CUDA and HIP.
 #include "backend/backend.h"
+#include "backend/gpu/activation.cuh"
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
 
@@ -8,18 +9,6 @@ namespace mlxcel::gpu {
 namespace {
 
 constexpr int kThreads = 256;
-
-// The gated activations' nonlinearity; products and sums spelled __fmul_rn / __fadd_rn so that
-// no compiler contraction decides the bits.
-__device__ __forceinline__ float activate(int act, float x) {
-  if (act == static_cast<int>(backend::Activation::kGeluApprox)) {
-    constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi), as nn.gelu_approx
-    const float x3 = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
-    const float t = tanhf(__fmul_rn(kC, __fadd_rn(x, x3)));
-    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
-  }
-  return x / (1.0f + expf(-x));
-}
 
 struct Rows {
   std::int64_t rows, cols, a_stride, b_stride, y_stride;
@@ -44,8 +33,8 @@ __global__ void gated_kernel(const T* g, const T* u, T* y, Rows r, int act, int 
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t row = i / r.cols, c = i % r.cols;
-    const float v = rnd(activate(act, to_f32(g[row * r.a_stride + c])), round);
-    store(y, row * r.y_stride + c, v * to_f32(u[row * r.b_stride + c]), round);
+    y[row * r.y_stride + c] =
+        gated_value(act, g[row * r.a_stride + c], u[row * r.b_stride + c], round);
   }
 }
 

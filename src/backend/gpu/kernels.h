@@ -33,9 +33,13 @@ void attention(const backend::AttentionArgs& a, void* workspace, const Stream& s
 constexpr int kRouteCounters = 64;
 void moe_route(const backend::MoeRouteArgs& a, int* counters, const Stream& s);  // moe.cu
 void sample(const backend::SampleArgs& a, const Stream& s);                     // sample.cu
-// Scratch: moe_experts_scratch_bytes(a) bytes of device memory.
+// Scratch: moe_experts_scratch_bytes(a) bytes of device memory. counters: kCombineCounters
+// ints of zeroed device memory that every launch leaves zero (the fused down projection's
+// last-block counts, see qgemv_mma_moe_down).
+constexpr int kCombineCounters = 16384;
 std::size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a);
-void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& s);  // moe.cu
+void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, int* counters,
+                 const Stream& s);  // moe.cu
 
 // Expert-indexed rows grouped by expert for the matrix-unit GEMM (moe.cu builds them on the
 // device from the router's choices). Tile i of the GEMM's grid takes the `rows` (<= 128) row

@@ -724,6 +724,23 @@ void linear(const backend::LinearArgs& a, const Stream& s) {
   linear_experts(expert_linear_of(a), s);
 }
 
+bool linear_moe_down(const ExpertLinear& a, const GatedIn& gi, const CombineOut& co,
+                     const Stream& s) {
+  if (!a.experts || a.tiles.order || a.y.rows <= 0 || a.w.n == 0 || a.x_div != 1 || a.accumulate ||
+      a.bias || a.pair || a.norm_weight || a.gated || !qgemv_enabled())
+    return false;
+  int fmt = -1;
+  const LinParams p = lin_params(a, fmt);
+  if (fmt != kAffine4) return false;
+  bool launched = false;
+  dispatch_act(a.x.dtype, "moe_experts (down)", [&](auto tag) {
+    using T = decltype(tag);
+    launched = qgemv_aligned<T, kAffine4>(p) && qgemv_mma_moe_down<T>(p, gi, co, s);
+  });
+  if (launched) check_launch("moe_experts (fused down)", s.device());
+  return launched;
+}
+
 bool linear_route(const backend::MoeRouteArgs& a, int* counters, int max_row_blocks,
                   const Stream& s) {
   const backend::LinearArgs& l = a.router;

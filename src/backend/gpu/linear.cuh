@@ -95,6 +95,44 @@ struct NormIn {
 template <typename T>
 bool qgemv_mma_norm(const LinParams& p, const NormIn& n, const Stream& s);
 
+// The MoE decode step's down projection with its neighbours folded in (moe.cu):
+//  - GatedIn: x row r = gated_value(act, g row r, u row r) (the gated activation of the gate and
+//    up products), computed by each block into shared memory instead of read from p.x;
+//  - CombineOut: out[t] (+)= the top_k rows' products weighted and summed in j order, exactly
+//    moe_combine_kernel; the last of a token's top_k blocks of a column block (an atomic count
+//    in `counters`, zero before and after every launch) sums that column block.
+struct GatedIn {
+  const void* g = nullptr;
+  const void* u = nullptr;
+  std::int64_t g_stride = 0, u_stride = 0;
+  int act = 0;
+};
+struct CombineOut {
+  int* counters = nullptr;
+  std::int64_t max_counters = 0;  // ints at counters
+  std::int64_t col_blocks = 0;    // set by the launch: a token's counters
+  const float* w = nullptr;       // [tokens, top_k] combine weights
+  void* out = nullptr;
+  std::int64_t out_stride = 0;
+  int top_k = 1;
+  bool accumulate = false;
+};
+
+// Expert-indexed rows (p.experts, x_div 1: row t * top_k + j) over affine 4-bit weights, one
+// launch for the gated activation, the down GEMV (ys rows into p.y, as the unfused launch
+// stores them) and the combine. False: nothing launched (the caller runs the three launches).
+// MLXCEL_GPU_MOE_FUSED_DOWN=1: on (off by default until measured).
+template <typename T>
+bool qgemv_mma_moe_down(const LinParams& p, const GatedIn& gi, const CombineOut& co,
+                        const Stream& s);
+namespace kernels {
+// The fused down projection for moe.cu: `a` is the down linear over expert rows (its x the gate
+// product's buffer, not read); launches qgemv_mma_moe_down where linear would give `a` to the
+// matrix-unit GEMV (affine 4-bit, aligned, not grouped). False: nothing launched.
+bool linear_moe_down(const ExpertLinear& a, const GatedIn& gi, const CombineOut& co,
+                     const Stream& s);  // linear.cu
+}  // namespace kernels
+
 // Rows per tile of the matrix-unit GEMM (gemm_mma.cu's block tile), which moe.cu's expert
 // grouping cuts each expert's rows into.
 constexpr int kGemmTileRows = 128;

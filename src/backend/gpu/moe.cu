@@ -197,7 +197,8 @@ std::size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) {
   return group_layout(acts, static_cast<std::int64_t>(rows), a.num_experts).end;
 }
 
-void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& s) {
+void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, int* counters,
+                 const Stream& s) {
   const std::int64_t T = a.x.rows, H = a.x.cols, I = a.gate.n, K = a.top_k, R = T * K;
   if (T == 0) return;
   MLXCEL_CHECK(a.down.n == H && a.down.k == I && a.up.n == I && a.x.dtype == a.out.dtype,
@@ -237,11 +238,25 @@ void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& 
     l.y = ub;
     linear_experts(l, s);
   }
-  gated_activation({a.act, ga, ub, ga, a.round}, s);
   l.x = ga;
   l.x_div = 1;
   l.w = a.down;
   l.y = ys;
+  if (!l.tiles.order) {  // decode: the activation, down and combine as one launch where it can
+    GatedIn gi;
+    gi.g = ga.data, gi.u = ub.data, gi.g_stride = ga.stride, gi.u_stride = ub.stride;
+    gi.act = static_cast<int>(a.act);
+    CombineOut co;
+    co.counters = counters;
+    co.max_counters = kCombineCounters;
+    co.w = a.weights;
+    co.out = a.out.data;
+    co.out_stride = a.out.stride;
+    co.top_k = static_cast<int>(K);
+    co.accumulate = a.accumulate;
+    if (linear_moe_down(l, gi, co, s)) return;
+  }
+  gated_activation({a.act, ga, ub, ga, a.round}, s);
   linear_experts(l, s);
   dispatch_act(a.out.dtype, "moe_experts", [&](auto tag) {
     using A = decltype(tag);

@@ -18,14 +18,10 @@ namespace mlxcel::gpu {
 // A router logit; Coherent: written by other blocks of the running kernel (read past L1).
 template <typename T, bool Coherent>
 __device__ __forceinline__ float load_logit(const T* p, std::int64_t i) {
-  if constexpr (!Coherent) {
+  if constexpr (Coherent)
+    return load_coherent(p, i);
+  else
     return to_f32(p[i]);
-  } else if constexpr (sizeof(T) == 4) {
-    return reinterpret_cast<const volatile float*>(p)[i];
-  } else {
-    const std::uint16_t b = reinterpret_cast<const volatile std::uint16_t*>(p)[i];
-    return to_f32(T::from_bits(b));
-  }
 }
 
 template <typename T, bool Coherent = false>

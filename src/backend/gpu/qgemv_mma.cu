@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "backend/gpu/activation.cuh"
 #include "backend/gpu/linear.cuh"
 #include "backend/gpu/mma.cuh"
 #include "backend/gpu/reduce.cuh"
@@ -54,6 +55,8 @@ struct MmaParams {
   std::int64_t col_block0 = 0;  // the first column block of this launch
   std::int64_t pair_blocks = 0;  // Pair: column blocks of the first matrix (p.pair_*: the second)
   NormIn norm;  // NU > 0: the input norm's source rows and weight (p.x: where x goes)
+  GatedIn gi;      // MD: the gate and up rows x is computed from
+  CombineOut co;   // MD: the combine
 };
 
 // The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
@@ -344,6 +347,64 @@ __device__ __forceinline__ void norm_rows(const MmaParams& mp, const NormW<NU>& 
   }
 }
 
+// --- The MoE down projection's gated input and combine (MD) -------------------------------
+// x = gated_value(act, g, u) of expert row m into shared memory: gated_kernel's element, so the
+// product's input has the unfused launch's bits.
+template <typename T>
+__device__ __forceinline__ void gated_row(const MmaParams& mp, std::int64_t m, T* xs) {
+  const int units = static_cast<int>(mp.p.w.k / 8);
+  const uint4* g = reinterpret_cast<const uint4*>(static_cast<const T*>(mp.gi.g) +
+                                                  m * mp.gi.g_stride);
+  const uint4* u = reinterpret_cast<const uint4*>(static_cast<const T*>(mp.gi.u) +
+                                                  m * mp.gi.u_stride);
+  for (int v = static_cast<int>(threadIdx.x); v < units; v += kThreads) {
+    const uint4 gv = g[v], uv = u[v];
+    const T* gs = reinterpret_cast<const T*>(&gv);
+    const T* us = reinterpret_cast<const T*>(&uv);
+    uint4 out;
+    T* os = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) os[j] = gated_value<T>(mp.gi.act, gs[j], us[j], mp.p.round);
+    reinterpret_cast<uint4*>(xs)[v] = out;
+  }
+  __syncthreads();
+}
+
+// After the block stored its row m0's columns of column block cb into ys: the last of the
+// token's top_k blocks of cb (the count before its atomic add is top_k - 1; it resets the
+// count) sums those columns over the token's rows in j order, moe_combine_kernel's arithmetic:
+// out = round(sum_j round(ys * w)), accumulating round(out + round(sum)).
+template <typename T>
+__device__ __forceinline__ void combine_tail(const MmaParams& mp, std::int64_t m0,
+                                             std::int64_t cb, const T* ys) {
+  __shared__ int last;
+  const CombineOut& co = mp.co;
+  const LinParams& p = mp.p;
+  const std::int64_t tok = m0 / co.top_k;
+  __threadfence();  // this block's ys stores, before its count
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* c = co.counters + tok * co.col_blocks + cb;
+    last = atomicAdd(c, 1) == co.top_k - 1;
+    if (last) *c = 0;
+    __threadfence();
+  }
+  __syncthreads();
+  if (!last) return;
+  const std::int64_t cols = (kWarps / mp.ks) * kTileCols, c0 = cb * cols;
+  T* out = static_cast<T*>(co.out);
+  for (std::int64_t i = threadIdx.x; i < cols && c0 + i < p.w.n; i += kThreads) {
+    const std::int64_t n = c0 + i;
+    float acc = 0.0f;
+    for (int j = 0; j < co.top_k; ++j) {
+      const std::int64_t r = tok * co.top_k + j;
+      acc += rnd(load_coherent(ys, r * p.y_stride + n) * co.w[r], p.round);
+    }
+    const std::int64_t o = tok * co.out_stride + n;
+    store(out, o, co.accumulate ? to_f32(out[o]) + rnd(acc, p.round) : acc, p.round);
+  }
+}
+
 // PF: chunk c + 1 loaded into registers while chunk c is computed (one column set: see
 // qgemv_mma's launch). Only the load timing differs, so the bits are the same.
 // Pair (expert rows, one column set): column blocks from mp.pair_blocks on are the second
@@ -352,7 +413,10 @@ __device__ __forceinline__ void norm_rows(const MmaParams& mp, const NormW<NU>& 
 // unpaired launch: same matrix shape, same K split.
 // NU > 0 (one column set, 1-2 rows): the input norm first (norm_rows: x into dynamic shared
 // memory, which the loop reads instead of p.x), NU 8-column units of a row per thread.
-template <typename T, int WPL, int NP, bool PF, bool Pair = false, int NU = 0>
+// MD (expert rows, one column set; moe.cu's fused down projection): x is the gated activation
+// of mp.gi's rows (gated_row, into dynamic shared memory) and the combine follows the stores
+// (combine_tail).
+template <typename T, int WPL, int NP, bool PF, bool Pair = false, int NU = 0, bool MD = false>
 __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
@@ -403,9 +467,12 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   }
   [[maybe_unused]] T* xs = nullptr;
   [[maybe_unused]] NormW<(NU > 0 ? NU : 1)> nw;
+  if constexpr (NU > 0 || MD) {
+    extern __shared__ uint4 x_smem[];
+    xs = reinterpret_cast<T*>(x_smem);
+  }
+  if constexpr (MD) xrow[0] = xs;  // the block's one row
   if constexpr (NU > 0) {
-    extern __shared__ uint4 norm_smem[];
-    xs = reinterpret_cast<T*>(norm_smem);
 #pragma unroll
     for (int q = 0; q < NP; ++q) xrow[q] = xs + (gives[q] ? 2 * q + g / 4 : 0) * p.w.k;
     load_norm_w<NU>(mp, nw);
@@ -414,6 +481,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   auto after_wait = [&] {
     if constexpr (NU > 0)
       norm_rows<T, NU>(mp, nw, m0, mc, xs, blockIdx.y == 0 && mp.col_block0 == 0);
+    if constexpr (MD) gated_row<T>(mp, m0, xs);
   };
   const int code = p.w.scales_code;
   // This lane's D columns 2t, 2t + 1: group offsets 2 (t % 2) and 2 (t % 2) + 1.
@@ -557,19 +625,21 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
       red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane] = v;
     }
   __syncthreads();
-  if (kw != 0 || t % 2 != 0) return;
+  if (kw == 0 && t % 2 == 0) {
 #pragma unroll
-  for (int q = 0; q < NP; ++q)
+    for (int q = 0; q < NP; ++q)
 #pragma unroll
-    for (int r2 = 0; r2 < 2; ++r2) {
-      float v = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
-      for (int w = 1; w < mp.ks; ++w)
-        v += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
-      const int row = 2 * q + t / 2;
-      const std::int64_t n = n0 + g + 8 * r2;
-      if (row < mc && n <= n_last)
-        store_lin_to<T>(y, p, (m0 + row) * p.y_stride + n, n, v);
-    }
+      for (int r2 = 0; r2 < 2; ++r2) {
+        float v = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+        for (int w = 1; w < mp.ks; ++w)
+          v += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+        const int row = 2 * q + t / 2;
+        const std::int64_t n = n0 + g + 8 * r2;
+        if (row < mc && n <= n_last)
+          store_lin_to<T>(y, p, (m0 + row) * p.y_stride + n, n, v);
+      }
+  }
+  if constexpr (MD) combine_tail<T>(mp, m0, cb, y);
 }
 
 // Warps per column tile: the fewest that give kTargetWarps warps in all, keeping >= 2 groups per
@@ -744,6 +814,51 @@ bool qgemv_mma_norm(const LinParams& p, const NormIn& n, const Stream& s) {
   }
 }
 
+template <typename T>
+bool qgemv_mma_moe_down(const LinParams& p, const GatedIn& gi, const CombineOut& co,
+                        const Stream& s) {
+  if constexpr (!std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
+    return false;
+  } else {
+    static const bool on = env_int("MLXCEL_GPU_MOE_FUSED_DOWN", 0) != 0;
+    if (!on || !mma_on(s) || !p.experts || p.pair_y || p.tiles.order || p.x_div != 1 ||
+        p.accumulate || co.top_k < 1 || p.m % co.top_k != 0)
+      return false;
+    Plan pl = plan_of(p);
+    if (!pl.gpl) return false;
+    const std::int64_t k = p.w.k;
+    const std::size_t smem = static_cast<std::size_t>(k) * sizeof(T);  // the block's one x row
+    constexpr std::size_t kMaxSmem = 32 * 1024;
+    const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+    const auto row_aligned = [](std::int64_t stride) {
+      return (stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
+    };
+    if (smem > kMaxSmem || !aligned(gi.g) || !aligned(gi.u) || !row_aligned(gi.g_stride) ||
+        !row_aligned(gi.u_stride) || !co.counters ||
+        (p.m / co.top_k) * pl.col_blocks > co.max_counters)
+      return false;
+    pl.mp.gi = gi;
+    pl.mp.co = co;
+    pl.mp.co.col_blocks = pl.col_blocks;
+    const unsigned row_blocks = static_cast<unsigned>(p.m);
+    const bool prefetch = prefetch_on();
+    auto go = [&](auto wpl) {
+      constexpr int W = decltype(wpl)::value;
+      if (prefetch)
+        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, false, 0, true>, pl.mp, pl.col_blocks,
+                    row_blocks, s, smem);
+      else
+        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, false, 0, true>, pl.mp, pl.col_blocks,
+                    row_blocks, s, smem);
+    };
+    if (p.w.group_size == 32)
+      go(std::integral_constant<int, 1>{});
+    else
+      go(std::integral_constant<int, 2>{});
+    return true;
+  }
+}
+
 #else  // MLXCEL_GPU_HIP: no mma.sync; the SIMT qgemv serves every format.
 
 template <typename T>
@@ -756,6 +871,11 @@ bool qgemv_mma_norm(const LinParams&, const NormIn&, const Stream&) {
   return false;
 }
 
+template <typename T>
+bool qgemv_mma_moe_down(const LinParams&, const GatedIn&, const CombineOut&, const Stream&) {
+  return false;
+}
+
 #endif
 
 template bool qgemv_mma<float>(const LinParams&, const Stream&);
@@ -764,5 +884,11 @@ template bool qgemv_mma<f16>(const LinParams&, const Stream&);
 template bool qgemv_mma_norm<float>(const LinParams&, const NormIn&, const Stream&);
 template bool qgemv_mma_norm<bf16>(const LinParams&, const NormIn&, const Stream&);
 template bool qgemv_mma_norm<f16>(const LinParams&, const NormIn&, const Stream&);
+template bool qgemv_mma_moe_down<float>(const LinParams&, const GatedIn&, const CombineOut&,
+                                        const Stream&);
+template bool qgemv_mma_moe_down<bf16>(const LinParams&, const GatedIn&, const CombineOut&,
+                                       const Stream&);
+template bool qgemv_mma_moe_down<f16>(const LinParams&, const GatedIn&, const CombineOut&,
+                                      const Stream&);
 
 }  // namespace mlxcel::gpu
