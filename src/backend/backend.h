@@ -182,12 +182,12 @@ struct LinearArgs {  // y = round(x · Wᵀ + bias)
   const float* norm_weight = nullptr;
   float norm_eps = 1e-5f;
   Act norm_src;
-  // gated: W is [gate; up] (2I rows, the fused gate_up) and the result is
-  // gated_out = round(round(act(g)) * u) over y's halves g, u (linear then gated_activation);
-  // y is scratch then (a backend may leave it unwritten).
-  bool gated = false;
+  // gated_in: x = round(round(act(g)) * u) over gated_src's halves g, u (gated_src [rows, 2K]:
+  // the fused gate_up's output) first, then the product (gated_activation into x, then linear;
+  // x is written). The down projection's input, so that a GPU computes it inside the GEMV.
+  bool gated_in = false;
   Activation gated_act = Activation::kSilu;
-  Act gated_out;
+  Act gated_src;
 };
 
 // The rotary table of a layer, as mlx-lm builds it (backend/cpu/rope.h has the semantics).

@@ -197,12 +197,11 @@ void Decoder::feed_forward(const DecoderLayer& L, int layer, Buffers& b,
   const std::int64_t I = L.down.in();
   ops::Act g = b.g.sub(0, I), u = b.u.sub(0, I), act = b.act.sub(0, I);
   g.stride = u.stride = act.stride = I;
-  if (in_norm && L.gate_up.defined()) {  // fused: norm, gate_up and the activation in one call
+  if (in_norm && L.gate_up.defined()) {  // fused: norm and gate_up; activation, down and add
     ops::Act gu = b.gu.sub(0, 2 * I);
     gu.stride = 2 * I;
-    const ops::GatedOut gated{style.activation, act};
-    ops::norm_linear(e, *in_norm, b.h, b.xn, L.gate_up, gu, &gated);
-    ops::linear_add(e, L.down, act, b.h);  // h += down
+    ops::norm_linear(e, *in_norm, b.h, b.xn, L.gate_up, gu);
+    ops::gated_linear_add(e, style.activation, gu, act, L.down, b.h);  // h += down(act(gu))
     return;
   }
   // The first projection normalizes b.h into b.xn when fused.

@@ -337,23 +337,29 @@ backend::LinearArgs norm_linear_args(const Exec& e, const NormWeight& norm, Act 
 }  // namespace
 
 void norm_linear(const Exec& e, const NormWeight& norm, Act src, Act x, const LinearWeight& w,
-                 Act y, const GatedOut* gated) {
-  backend::LinearArgs a = norm_linear_args(e, norm, src, x, w, y);
-  if (gated) {
-    e.require(sig(Op::kGatedActivation, e.act()));
-    MLXCEL_CHECK(y.cols % 2 == 0 && gated->out.rows == y.rows && gated->out.cols == y.cols / 2,
-                 ErrorCategory::kInternal, "norm_linear: gated output shape");
-    a.gated = true;
-    a.gated_act = gated->act;
-    a.gated_out = gated->out;
-  }
-  e.backend().linear(a);
+                 Act y) {
+  e.backend().linear(norm_linear_args(e, norm, src, x, w, y));
 }
 
 void linear_add(const Exec& e, const LinearWeight& w, Act x, Act h) {
   e.require(sig(Op::kAdd, e.act()));
   backend::LinearArgs a = linear_args(e, w, x, h);
   a.accumulate = true;
+  e.backend().linear(a);
+}
+
+void gated_linear_add(const Exec& e, Activation act, Act gu, Act x, const LinearWeight& w,
+                      Act h) {
+  e.require(sig(Op::kAdd, e.act()));
+  e.require(sig(Op::kGatedActivation, e.act()));
+  check_act(gu, "gated_linear_add", "gu");
+  MLXCEL_CHECK(gu.rows == x.rows && gu.cols == 2 * x.cols, ErrorCategory::kInternal,
+               "gated_linear_add: gu must be [T, 2K] for x [T, K]");
+  backend::LinearArgs a = linear_args(e, w, x, h);
+  a.accumulate = true;
+  a.gated_in = true;
+  a.gated_act = act;
+  a.gated_src = gu;
   e.backend().linear(a);
 }
 

@@ -156,17 +156,15 @@ void add(const Exec& e, Act a, Act b, Act y);
 void add_rms_norm(const Exec& e, Act h, Act delta, const NormWeight& w, Act y);
 void linear(const Exec& e, const LinearWeight& w, Act x, Act y);
 // x = rms_norm(src), then y = x · Wᵀ: exactly rms_norm then linear (x is written), in one
-// backend call that a GPU can run as one kernel at decode. With `gated` (W the fused [gate; up]):
-// gated->out = act(y's first half) * y's second half, exactly gated_activation after the linear;
-// y is scratch then.
-struct GatedOut {
-  Activation act = Activation::kSilu;
-  Act out;
-};
+// backend call that a GPU can run as one kernel at decode.
 void norm_linear(const Exec& e, const NormWeight& norm, Act src, Act x, const LinearWeight& w,
-                 Act y, const GatedOut* gated = nullptr);
+                 Act y);
 // h = h + x · Wᵀ (the product rounded first): exactly linear into a temporary then add.
 void linear_add(const Exec& e, const LinearWeight& w, Act x, Act h);
+// x = gated_activation(act, gu's halves) (gu [T, 2K]: the fused gate_up's output), then
+// h = h + x · Wᵀ: exactly gated_activation then linear_add (x is written), in one backend call
+// that a GPU can run as one kernel at decode (the down GEMV computes its own input).
+void gated_linear_add(const Exec& e, Activation act, Act gu, Act x, const LinearWeight& w, Act h);
 // RoPE on q and k, then K and V appended at each token's slot of the cache. With q_norm and
 // k_norm (qk-norm), each head of q and k is RMS-normalized first, in the same op.
 void rope_kv_append(const Exec& e, Act q, Act k, Act v, int n_heads, int n_kv_heads, int head_dim,

@@ -752,8 +752,9 @@ TEST(BackendOps, LinearBatchInvariant) {
 // accumulate (y += x · Wᵀ) against linear into a temporary then add, at 1-70 rows (the decode
 // GEMVs and the prefill GEMM); and both stay close to the CPU. Widths: the 8B's
 // 4096 (a 1,024-thread norm), 1,024, and 1,536 / 2,560 (odd group counts of 32-wide units).
-// Even n also runs the gated form (W as [gate; up], out = silu(g) * u) against linear then
-// gated_activation.
+// Each also runs the gated input (x = silu(g) * u of a [gate; up] product, the down projection,
+// accumulating) against gated_activation then linear; K 14,336 and 3,072 are the 8B's and the
+// 0.6B's down projections.
 TEST(BackendOps, LinearFusions) {
   DUT_OR_SKIP();
   std::mt19937 rng(21);
@@ -765,7 +766,7 @@ TEST(BackendOps, LinearFusions) {
     const OpSignature sig = weight_sig(Op::kLinear, act, f);
     if (!gpu.supports(sig)) continue;
     for (auto [k, n] : {std::pair<std::int64_t, std::int64_t>{4096, 1000}, {1536, 577},
-                        {2560, 96}, {1024, 4096}}) {
+                        {2560, 96}, {1024, 4096}, {14336, 320}, {3072, 200}}) {
       if (f.group_size && k % f.group_size) continue;
       HostMatrix h = random_matrix(rng, f, n, k);
       DeviceMem mg, mc;
@@ -819,26 +820,32 @@ TEST(BackendOps, LinearFusions) {
         const auto [xc, yc] = fused_norm(cpu, mc, wc, nwc);
         EXPECT_CLOSE(s.str() + " norm x", xf, xc, rounding_steps(act, 2));
         EXPECT_CLOSE(s.str() + " norm y", yf, yc, rounding_steps(act, 4));
-        if (n % 2 == 0) {  // W as [gate; up]: the norm, the product and SwiGLU in one call
-          const std::int64_t half = n / 2;
-          const std::vector<float> zh(static_cast<std::size_t>(m * half));
-          auto gated = [&](Backend& be, DeviceMem& mem, const Matrix& w, const float* nwp) {
-            Act sa = mem.act(be, act, src, m, k), xa = mem.act(be, act, zx, m, k);
-            Act ya = mem.act(be, act, zy, m, n), oa = mem.act(be, act, zh, m, half);
-            LinearArgs a(xa, w, nullptr, ya, act);
-            a.norm_weight = nwp;
-            a.norm_eps = 1e-6f;
-            a.norm_src = sa;
-            a.gated = true;
-            a.gated_out = oa;
+        {  // gated_in (the down projection): x = SwiGLU of gu's halves, the product added to h
+          const auto gu = randn(rng, static_cast<std::size_t>(m * 2 * k), 2.0f, act);
+          auto gated_in = [&](Backend& be, DeviceMem& mem, const Matrix& w) {
+            Act ga = mem.act(be, act, gu, m, 2 * k), xa = mem.act(be, act, zx, m, k);
+            Act ra = mem.act(be, act, res, m, n);
+            LinearArgs a(xa, w, nullptr, ra, act);
+            a.accumulate = true;
+            a.gated_in = true;
+            a.gated_src = ga;
             be.linear(a);
-            return read_act(be, oa);
+            return std::pair{read_act(be, xa), read_act(be, ra)};
           };
-          const auto of = gated(gpu, mg, wg, nwg);
-          Act ya = mg.act(gpu, act, yf, m, n), oa = mg.act(gpu, act, zh, m, half);
-          gpu.gated_activation({Activation::kSilu, ya.sub(0, half), ya.sub(half, half), oa, act});
-          EXPECT_EQ(of, read_act(gpu, oa)) << s.str() << ": the fused gated output differs";
-          EXPECT_CLOSE(s.str() + " gated", of, gated(cpu, mc, wc, nwc), rounding_steps(act, 6));
+          const auto [xg, rg] = gated_in(gpu, mg, wg);
+          {  // the GPU's unfused twin
+            Act ga = mg.act(gpu, act, gu, m, 2 * k), xa = mg.act(gpu, act, zx, m, k);
+            Act ra = mg.act(gpu, act, res, m, n);
+            gpu.gated_activation({Activation::kSilu, ga.sub(0, k), ga.sub(k, k), xa, act});
+            LinearArgs a(xa, wg, nullptr, ra, act);
+            a.accumulate = true;
+            gpu.linear(a);
+            EXPECT_EQ(xg, read_act(gpu, xa)) << s.str() << ": the fused gated input differs";
+            EXPECT_EQ(rg, read_act(gpu, ra)) << s.str() << ": the gated-input product differs";
+          }
+          const auto [xc, rc] = gated_in(cpu, mc, wc);
+          EXPECT_CLOSE(s.str() + " gated x", xg, xc, rounding_steps(act, 3));
+          EXPECT_CLOSE(s.str() + " gated y", rg, rc, rounding_steps(act, 5));
         }
         // The product is held to the Linear test's 2 steps from the CPU's, and the residual add
         // rounds once more: 3 steps (run 26 saw 2.07 at m = 70 against the 2 first allowed).

@@ -235,12 +235,12 @@ void CpuBackend::linear(const LinearArgs& a) {
     rest.norm_weight = nullptr;
     return linear(rest);
   }
-  if (a.gated) {  // the product into y, then the gated activation of its halves
+  if (a.gated_in) {  // the gated activation of gated_src's halves into x, then the product
+    const std::int64_t k = a.x.cols;
+    gated_activation({a.gated_act, a.gated_src.sub(0, k), a.gated_src.sub(k, k), a.x, a.round});
     LinearArgs rest = a;
-    rest.gated = false;
-    linear(rest);
-    const std::int64_t half = a.y.cols / 2;
-    return gated_activation({a.gated_act, a.y.sub(0, half), a.y.sub(half, half), a.gated_out, a.round});
+    rest.gated_in = false;
+    return linear(rest);
   }
   if (a.accumulate) {  // y += the rounded product: linear into a temporary, then add
     std::vector<float> prod(static_cast<std::size_t>(a.y.rows * a.y.cols));

@@ -70,9 +70,9 @@ struct ExpertLinear {
   const float* norm_weight = nullptr;
   float norm_eps = 1e-5f;
   backend::Act norm_src;
-  bool gated = false;
+  bool gated_in = false;
   backend::Activation gated_act = backend::Activation::kSilu;
-  backend::Act gated_out;
+  backend::Act gated_src;
   // A second matrix of w's shape and format over the same rows into pair_y (MoE gate and up):
   // one decode GEMV launch for both where it can (null: none).
   const backend::Matrix* pair = nullptr;

@@ -8,8 +8,9 @@
 // MLXCEL_GPU_GEMM_MMA=1), else a 64x64 tiled SIMT GEMM over 32-wide K slices staged through
 // shared memory; expert-indexed rows that moe.cu grouped by expert take the same matrix-unit
 // GEMM tile by tile. Every kernel applies the accumulate fusion as store_lin does (the
-// matrix-unit GEMM through its staged output tile); a fused input norm is its own rms_norm
-// launch first and a gated activation its own launch after. Same source for CUDA and HIP.
+// matrix-unit GEMM through its staged output tile); a fused input (norm or gated activation)
+// runs in the matrix-unit decode GEMV's prologue where it can (qgemv_mma.cu), else as its own
+// launch first. Same source for CUDA and HIP.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -604,9 +605,10 @@ LinParams lin_params(const ExpertLinear& a, int& fmt) {
   MLXCEL_CHECK(!a.norm_weight || (!a.experts && a.x_div == 1 && a.norm_src.rows == rows &&
                                    a.norm_src.cols == m.k && a.norm_src.dtype == a.x.dtype),
                ErrorCategory::kInternal, "gpu linear: norm source shape");
-  MLXCEL_CHECK(!a.gated || (!a.experts && m.n % 2 == 0 && a.gated_out.rows == rows &&
-                            a.gated_out.cols == m.n / 2 && a.gated_out.dtype == a.y.dtype),
-               ErrorCategory::kInternal, "gpu linear: gated output shape");
+  MLXCEL_CHECK(!a.gated_in || (!a.experts && !a.norm_weight && a.x_div == 1 &&
+                               a.gated_src.rows == rows && a.gated_src.cols == 2 * m.k &&
+                               a.gated_src.dtype == a.x.dtype),
+               ErrorCategory::kInternal, "gpu linear: gated input shape");
   LinParams p;
   p.x = a.x.data;
   p.x_stride = a.x.stride;
@@ -624,7 +626,7 @@ LinParams lin_params(const ExpertLinear& a, int& fmt) {
     const backend::Matrix& q = *a.pair;
     MLXCEL_CHECK(kernels::same_layout(m, q) && a.pair_y.rows == rows && a.pair_y.cols == m.n &&
                      a.pair_y.stride == a.y.stride && a.pair_y.dtype == a.y.dtype && !a.bias &&
-                     !a.accumulate && !a.gated,
+                     !a.accumulate && !a.gated_in,
                  ErrorCategory::kInternal, "gpu linear: pair matrix differs");
     p.pair_w = q.w;
     p.pair_scales = q.scales;
@@ -645,26 +647,35 @@ kernels::ExpertLinear expert_linear_of(const backend::LinearArgs& a) {
   e.norm_weight = a.norm_weight;
   e.norm_eps = a.norm_eps;
   e.norm_src = a.norm_src;
-  e.gated = a.gated;
+  e.gated_in = a.gated_in;
   e.gated_act = a.gated_act;
-  e.gated_out = a.gated_out;
+  e.gated_src = a.gated_src;
   return e;
 }
 
-// The norm and the product as one launch (qgemv_mma_norm) where launch would give the product
-// to qgemv_mma: affine 4-bit, a plain (not paired, not grouped) GEMV of few rows, aligned.
+// The fused input (the norm: qgemv_mma_norm; the gated activation: qgemv_mma_gated) and the
+// product as one launch where launch would give the product to qgemv_mma: affine 4-bit, a plain
+// (not paired, not grouped) GEMV of few rows, aligned.
 template <typename T>
-bool norm_in_gemv(int fmt, const LinParams& p, bool gemm, const kernels::ExpertLinear& a,
-                  const Stream& s) {
+bool fused_input_gemv(int fmt, const LinParams& p, bool gemm, const kernels::ExpertLinear& a,
+                      const Stream& s) {
   if (fmt != kAffine4 || gemm || p.experts || p.pair_y || p.tiles.order || !qgemv_enabled() ||
       p.m > kQgemvMaxRows || !qgemv_aligned<T, kAffine4>(p))
     return false;
-  NormIn n;
-  n.src = a.norm_src.data;
-  n.stride = a.norm_src.stride;
-  n.w = a.norm_weight;
-  n.eps = a.norm_eps;
-  return qgemv_mma_norm<T>(p, n, s);
+  if (a.norm_weight) {
+    NormIn n;
+    n.src = a.norm_src.data;
+    n.stride = a.norm_src.stride;
+    n.w = a.norm_weight;
+    n.eps = a.norm_eps;
+    return qgemv_mma_norm<T>(p, n, s);
+  }
+  GatedIn g;
+  g.g = a.gated_src.data;
+  g.u = static_cast<const T*>(a.gated_src.data) + a.w.k;
+  g.g_stride = g.u_stride = a.gated_src.stride;
+  g.act = static_cast<int>(a.gated_act);
+  return qgemv_mma_gated<T>(p, g, s);
 }
 
 // The router GEMV with the routing in its last blocks, for the formats and shapes where linear
@@ -705,17 +716,16 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   const bool gemm = !a.experts && rows > kGemvRows;
   dispatch_act(a.x.dtype, "linear", [&](auto tag) {
     using T = decltype(tag);
-    // The fused input norm: in the decode GEMV's prologue where the matrix-unit GEMV takes the
-    // product at 1-2 rows (norm_in_gemv), else its own kernel before the product. The gated
-    // activation is its own kernel after it (run 26 measured a GEMV that took both, fed by bulk
-    // copies, at 0.6x the plain kernel's speed; see dev/NOTES.md).
-    if (!a.norm_weight || !norm_in_gemv<T>(fmt, p, gemm, a, s)) {
+    // The fused input (norm or gated activation): in the decode GEMV's prologue where the
+    // matrix-unit GEMV takes the product at 1-2 rows (fused_input_gemv), else its own kernel
+    // before the product.
+    if (!(a.norm_weight || a.gated_in) || !fused_input_gemv<T>(fmt, p, gemm, a, s)) {
       if (a.norm_weight) rms_norm({a.norm_src, a.norm_weight, a.norm_eps, a.x, a.round, 1}, s);
+      if (a.gated_in)
+        gated_activation({a.gated_act, a.gated_src.sub(0, m.k), a.gated_src.sub(m.k, m.k), a.x,
+                          a.round}, s);
       launch_fmt<T>(fmt, p, gemm, s);
     }
-    if (a.gated)
-      gated_activation({a.gated_act, a.y.sub(0, m.n / 2), a.y.sub(m.n / 2, m.n / 2), a.gated_out,
-                        a.round}, s);
   });
   check_launch("linear", s.device());
 }
@@ -727,7 +737,7 @@ void linear(const backend::LinearArgs& a, const Stream& s) {
 bool linear_moe_down(const ExpertLinear& a, const GatedIn& gi, const CombineOut& co,
                      const Stream& s) {
   if (!a.experts || a.tiles.order || a.y.rows <= 0 || a.w.n == 0 || a.x_div != 1 || a.accumulate ||
-      a.bias || a.pair || a.norm_weight || a.gated || !qgemv_enabled())
+      a.bias || a.pair || a.norm_weight || a.gated_in || !qgemv_enabled())
     return false;
   int fmt = -1;
   const LinParams p = lin_params(a, fmt);
@@ -747,7 +757,7 @@ bool linear_route(const backend::MoeRouteArgs& a, int* counters, int max_row_blo
   const std::int64_t rows = l.y.rows;
   if (!a.with_router || !qgemv_enabled() || rows < 1 || rows > kQgemvMaxRows ||
       static_cast<int>(blocks_for(rows, qgemv_block_rows(rows, false))) > max_row_blocks ||
-      l.accumulate || l.gated || l.w.mode == backend::QMode::kNone || l.y.data != a.gates.data ||
+      l.accumulate || l.gated_in || l.w.mode == backend::QMode::kNone || l.y.data != a.gates.data ||
       l.y.stride != a.gates.stride || l.y.dtype != a.gates.dtype || l.y.cols != a.gates.cols)
     return false;
   const ExpertLinear e = expert_linear_of(l);

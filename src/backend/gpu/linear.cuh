@@ -118,6 +118,14 @@ struct CombineOut {
   bool accumulate = false;
 };
 
+// A dense linear's gated input (backend::LinearArgs::gated_in) and the decode GEMV as one
+// launch, for a matrix qgemv_mma would take with its one-group-per-lane kernel at 1-2 rows (the
+// down projection): every block computes x into shared memory, the first also into p.x. False:
+// nothing launched (the caller runs gated_activation, then linear). MLXCEL_GPU_FUSED_GATED=1: on
+// (off by default until measured).
+template <typename T>
+bool qgemv_mma_gated(const LinParams& p, const GatedIn& gi, const Stream& s);
+
 // Expert-indexed rows (p.experts, x_div 1: row t * top_k + j) over affine 4-bit weights, one
 // launch for the gated activation, the down GEMV (ys rows into p.y, as the unfused launch
 // stores them) and the combine. False: nothing launched (the caller runs the three launches).

@@ -55,8 +55,8 @@ struct MmaParams {
   std::int64_t col_block0 = 0;  // the first column block of this launch
   std::int64_t pair_blocks = 0;  // Pair: column blocks of the first matrix (p.pair_*: the second)
   NormIn norm;  // NU > 0: the input norm's source rows and weight (p.x: where x goes)
-  GatedIn gi;      // MD: the gate and up rows x is computed from
-  CombineOut co;   // MD: the combine
+  GatedIn gi;      // GX: the gate and up rows x is computed from
+  CombineOut co;   // CO: the combine
 };
 
 // The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
@@ -347,25 +347,34 @@ __device__ __forceinline__ void norm_rows(const MmaParams& mp, const NormW<NU>& 
   }
 }
 
-// --- The MoE down projection's gated input and combine (MD) -------------------------------
-// x = gated_value(act, g, u) of expert row m into shared memory: gated_kernel's element, so the
-// product's input has the unfused launch's bits.
+// --- The gated input (GX) and the MoE combine (CO) ------------------------------------------
+// x = gated_value(act, g, u) of the block's 1-2 rows into shared memory (xs, row r at r * K):
+// gated_kernel's element, so the product's input has the unfused launch's bits. write_x: also
+// into p.x (one block of a dense launch; the MoE's x is the gate buffer other blocks read).
 template <typename T>
-__device__ __forceinline__ void gated_row(const MmaParams& mp, std::int64_t m, T* xs) {
-  const int units = static_cast<int>(mp.p.w.k / 8);
-  const uint4* g = reinterpret_cast<const uint4*>(static_cast<const T*>(mp.gi.g) +
-                                                  m * mp.gi.g_stride);
-  const uint4* u = reinterpret_cast<const uint4*>(static_cast<const T*>(mp.gi.u) +
-                                                  m * mp.gi.u_stride);
-  for (int v = static_cast<int>(threadIdx.x); v < units; v += kThreads) {
-    const uint4 gv = g[v], uv = u[v];
-    const T* gs = reinterpret_cast<const T*>(&gv);
-    const T* us = reinterpret_cast<const T*>(&uv);
-    uint4 out;
-    T* os = reinterpret_cast<T*>(&out);
+__device__ __forceinline__ void gated_rows(const MmaParams& mp, std::int64_t m0, int mc, T* xs,
+                                           bool write_x) {
+  const LinParams& p = mp.p;
+  const int units = static_cast<int>(p.w.k / 8);
+  for (int r = 0; r < mc; ++r) {
+    const uint4* g = reinterpret_cast<const uint4*>(static_cast<const T*>(mp.gi.g) +
+                                                    (m0 + r) * mp.gi.g_stride);
+    const uint4* u = reinterpret_cast<const uint4*>(static_cast<const T*>(mp.gi.u) +
+                                                    (m0 + r) * mp.gi.u_stride);
+    uint4* xr = reinterpret_cast<uint4*>(xs + r * p.w.k);
+    uint4* xg = reinterpret_cast<uint4*>(static_cast<T*>(const_cast<void*>(p.x)) +
+                                         (m0 + r) * p.x_stride);
+    for (int v = static_cast<int>(threadIdx.x); v < units; v += kThreads) {
+      const uint4 gv = g[v], uv = u[v];
+      const T* gs = reinterpret_cast<const T*>(&gv);
+      const T* us = reinterpret_cast<const T*>(&uv);
+      uint4 out;
+      T* os = reinterpret_cast<T*>(&out);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) os[j] = gated_value<T>(mp.gi.act, gs[j], us[j], mp.p.round);
-    reinterpret_cast<uint4*>(xs)[v] = out;
+      for (int j = 0; j < 8; ++j) os[j] = gated_value<T>(mp.gi.act, gs[j], us[j], p.round);
+      xr[v] = out;
+      if (write_x) xg[v] = out;
+    }
   }
   __syncthreads();
 }
@@ -413,10 +422,11 @@ __device__ __forceinline__ void combine_tail(const MmaParams& mp, std::int64_t m
 // unpaired launch: same matrix shape, same K split.
 // NU > 0 (one column set, 1-2 rows): the input norm first (norm_rows: x into dynamic shared
 // memory, which the loop reads instead of p.x), NU 8-column units of a row per thread.
-// MD (expert rows, one column set; moe.cu's fused down projection): x is the gated activation
-// of mp.gi's rows (gated_row, into dynamic shared memory) and the combine follows the stores
-// (combine_tail).
-template <typename T, int WPL, int NP, bool PF, bool Pair = false, int NU = 0, bool MD = false>
+// GX (one column set, 1-2 rows or expert rows): x is the gated activation of mp.gi's rows
+// (gated_rows, into dynamic shared memory). CO (expert rows, with GX: moe.cu's fused down
+// projection): the combine follows the stores (combine_tail).
+template <typename T, int WPL, int NP, bool PF, bool Pair = false, int NU = 0, bool GX = false,
+          bool CO = false>
 __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
@@ -467,21 +477,19 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   }
   [[maybe_unused]] T* xs = nullptr;
   [[maybe_unused]] NormW<(NU > 0 ? NU : 1)> nw;
-  if constexpr (NU > 0 || MD) {
+  if constexpr (NU > 0 || GX) {
     extern __shared__ uint4 x_smem[];
     xs = reinterpret_cast<T*>(x_smem);
-  }
-  if constexpr (MD) xrow[0] = xs;  // the block's one row
-  if constexpr (NU > 0) {
 #pragma unroll
     for (int q = 0; q < NP; ++q) xrow[q] = xs + (gives[q] ? 2 * q + g / 4 : 0) * p.w.k;
-    load_norm_w<NU>(mp, nw);
   }
+  if constexpr (NU > 0) load_norm_w<NU>(mp, nw);
   // After the wait: the fused norm, when there is one.
   auto after_wait = [&] {
     if constexpr (NU > 0)
       norm_rows<T, NU>(mp, nw, m0, mc, xs, blockIdx.y == 0 && mp.col_block0 == 0);
-    if constexpr (MD) gated_row<T>(mp, m0, xs);
+    if constexpr (GX)
+      gated_rows<T>(mp, m0, mc, xs, !CO && blockIdx.y == 0 && mp.col_block0 == 0);
   };
   const int code = p.w.scales_code;
   // This lane's D columns 2t, 2t + 1: group offsets 2 (t % 2) and 2 (t % 2) + 1.
@@ -639,7 +647,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
           store_lin_to<T>(y, p, (m0 + row) * p.y_stride + n, n, v);
       }
   }
-  if constexpr (MD) combine_tail<T>(mp, m0, cb, y);
+  if constexpr (CO) combine_tail<T>(mp, m0, cb, y);
 }
 
 // Warps per column tile: the fewest that give kTargetWarps warps in all, keeping >= 2 groups per
@@ -815,6 +823,45 @@ bool qgemv_mma_norm(const LinParams& p, const NormIn& n, const Stream& s) {
 }
 
 template <typename T>
+bool qgemv_mma_gated(const LinParams& p, const GatedIn& gi, const Stream& s) {
+  if constexpr (!std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
+    return false;
+  } else {
+    static const bool on = env_int("MLXCEL_GPU_FUSED_GATED", 0) != 0;
+    if (!on || !mma_on(s) || p.experts || p.pair_y || p.tiles.order || p.m < 1 || p.m > 2 ||
+        p.x_div != 1)
+      return false;
+    Plan pl = plan_of(p);
+    if (!pl.gpl) return false;
+    const std::size_t smem = static_cast<std::size_t>(p.m * p.w.k) * sizeof(T);
+    constexpr std::size_t kMaxSmem = 32 * 1024;
+    const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+    const auto row_aligned = [](std::int64_t stride) {
+      return (stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
+    };
+    if (smem > kMaxSmem || !aligned(gi.g) || !aligned(gi.u) || !aligned(p.x) ||
+        !row_aligned(gi.g_stride) || !row_aligned(gi.u_stride) || !row_aligned(p.x_stride))
+      return false;
+    pl.mp.gi = gi;
+    const bool prefetch = prefetch_on();
+    auto go = [&](auto wpl) {
+      constexpr int W = decltype(wpl)::value;
+      if (prefetch)
+        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, false, 0, true, false>, pl.mp,
+                    pl.col_blocks, 1, s, smem);
+      else
+        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, false, 0, true, false>, pl.mp,
+                    pl.col_blocks, 1, s, smem);
+    };
+    if (p.w.group_size == 32)
+      go(std::integral_constant<int, 1>{});
+    else
+      go(std::integral_constant<int, 2>{});
+    return true;
+  }
+}
+
+template <typename T>
 bool qgemv_mma_moe_down(const LinParams& p, const GatedIn& gi, const CombineOut& co,
                         const Stream& s) {
   if constexpr (!std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
@@ -845,11 +892,11 @@ bool qgemv_mma_moe_down(const LinParams& p, const GatedIn& gi, const CombineOut&
     auto go = [&](auto wpl) {
       constexpr int W = decltype(wpl)::value;
       if (prefetch)
-        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, false, 0, true>, pl.mp, pl.col_blocks,
-                    row_blocks, s, smem);
+        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, false, 0, true, true>, pl.mp,
+                    pl.col_blocks, row_blocks, s, smem);
       else
-        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, false, 0, true>, pl.mp, pl.col_blocks,
-                    row_blocks, s, smem);
+        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, false, 0, true, true>, pl.mp,
+                    pl.col_blocks, row_blocks, s, smem);
     };
     if (p.w.group_size == 32)
       go(std::integral_constant<int, 1>{});
@@ -876,6 +923,11 @@ bool qgemv_mma_moe_down(const LinParams&, const GatedIn&, const CombineOut&, con
   return false;
 }
 
+template <typename T>
+bool qgemv_mma_gated(const LinParams&, const GatedIn&, const Stream&) {
+  return false;
+}
+
 #endif
 
 template bool qgemv_mma<float>(const LinParams&, const Stream&);
@@ -884,6 +936,9 @@ template bool qgemv_mma<f16>(const LinParams&, const Stream&);
 template bool qgemv_mma_norm<float>(const LinParams&, const NormIn&, const Stream&);
 template bool qgemv_mma_norm<bf16>(const LinParams&, const NormIn&, const Stream&);
 template bool qgemv_mma_norm<f16>(const LinParams&, const NormIn&, const Stream&);
+template bool qgemv_mma_gated<float>(const LinParams&, const GatedIn&, const Stream&);
+template bool qgemv_mma_gated<bf16>(const LinParams&, const GatedIn&, const Stream&);
+template bool qgemv_mma_gated<f16>(const LinParams&, const GatedIn&, const Stream&);
 template bool qgemv_mma_moe_down<float>(const LinParams&, const GatedIn&, const CombineOut&,
                                         const Stream&);
 template bool qgemv_mma_moe_down<bf16>(const LinParams&, const GatedIn&, const CombineOut&,
