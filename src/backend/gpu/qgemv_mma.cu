@@ -776,6 +776,32 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
   }
 }
 
+// The fused-input forms below: x rows in dynamic shared memory (at most kFusedSmemMax bytes),
+// operands 16-byte aligned, and one launch of the one-column-set kernel with the input form's
+// template flags, prefetching or not as the plain GEMV does (prefetch_on).
+constexpr std::size_t kFusedSmemMax = 32 * 1024;
+bool aligned16(const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; }
+template <typename T>
+bool rows_aligned16(std::int64_t stride) {
+  return (stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
+}
+template <typename T, int NU, bool GX, bool CO>
+void launch_fused(const Plan& pl, unsigned row_blocks, std::size_t smem, const Stream& s) {
+  auto go = [&](auto wpl) {
+    constexpr int W = decltype(wpl)::value;
+    if (prefetch_on())
+      launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, false, NU, GX, CO>, pl.mp, pl.col_blocks,
+                  row_blocks, s, smem);
+    else
+      launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, false, NU, GX, CO>, pl.mp, pl.col_blocks,
+                  row_blocks, s, smem);
+  };
+  if (pl.mp.p.w.group_size == 32)
+    go(std::integral_constant<int, 1>{});
+  else
+    go(std::integral_constant<int, 2>{});
+}
+
 template <typename T>
 bool qgemv_mma_norm(const LinParams& p, const NormIn& n, const Stream& s) {
   if constexpr (!std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
@@ -788,36 +814,16 @@ bool qgemv_mma_norm(const LinParams& p, const NormIn& n, const Stream& s) {
     // x (1-2 rows of K) in shared memory, and NU <= 4 units of 8 columns per thread.
     const std::int64_t k = p.w.k;
     const std::size_t smem = static_cast<std::size_t>(p.m * k) * sizeof(T);
-    constexpr std::size_t kMaxSmem = 32 * 1024;
-    const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
-    if (k > 4 * 8 * kThreads || smem > kMaxSmem || !aligned(n.src) || !aligned(n.w) ||
-        (n.stride * static_cast<std::int64_t>(sizeof(T))) % 16 != 0 ||
-        (p.x_stride * static_cast<std::int64_t>(sizeof(T))) % 16 != 0 || p.x_div != 1)
+    if (k > 4 * 8 * kThreads || smem > kFusedSmemMax || !aligned16(n.src) || !aligned16(n.w) ||
+        !rows_aligned16<T>(n.stride) || !rows_aligned16<T>(p.x_stride) || p.x_div != 1)
       return false;
     pl.mp.norm = n;
-    const unsigned row_blocks = 1;
-    const bool prefetch = prefetch_on();
-    auto go = [&](auto wpl, auto nu) {
-      constexpr int W = decltype(wpl)::value, NU = decltype(nu)::value;
-      if (prefetch)
-        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, false, NU>, pl.mp, pl.col_blocks,
-                    row_blocks, s, smem);
-      else
-        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, false, NU>, pl.mp, pl.col_blocks,
-                    row_blocks, s, smem);
-    };
-    auto by_nu = [&](auto wpl) {
-      if (k <= 8 * kThreads)
-        go(wpl, std::integral_constant<int, 1>{});
-      else if (k <= 2 * 8 * kThreads)
-        go(wpl, std::integral_constant<int, 2>{});
-      else
-        go(wpl, std::integral_constant<int, 4>{});
-    };
-    if (p.w.group_size == 32)
-      by_nu(std::integral_constant<int, 1>{});
+    if (k <= 8 * kThreads)
+      launch_fused<T, 1, false, false>(pl, 1, smem, s);
+    else if (k <= 2 * 8 * kThreads)
+      launch_fused<T, 2, false, false>(pl, 1, smem, s);
     else
-      by_nu(std::integral_constant<int, 2>{});
+      launch_fused<T, 4, false, false>(pl, 1, smem, s);
     return true;
   }
 }
@@ -834,29 +840,12 @@ bool qgemv_mma_gated(const LinParams& p, const GatedIn& gi, const Stream& s) {
     Plan pl = plan_of(p);
     if (!pl.gpl) return false;
     const std::size_t smem = static_cast<std::size_t>(p.m * p.w.k) * sizeof(T);
-    constexpr std::size_t kMaxSmem = 32 * 1024;
-    const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
-    const auto row_aligned = [](std::int64_t stride) {
-      return (stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
-    };
-    if (smem > kMaxSmem || !aligned(gi.g) || !aligned(gi.u) || !aligned(p.x) ||
-        !row_aligned(gi.g_stride) || !row_aligned(gi.u_stride) || !row_aligned(p.x_stride))
+    if (smem > kFusedSmemMax || !aligned16(gi.g) || !aligned16(gi.u) || !aligned16(p.x) ||
+        !rows_aligned16<T>(gi.g_stride) || !rows_aligned16<T>(gi.u_stride) ||
+        !rows_aligned16<T>(p.x_stride))
       return false;
     pl.mp.gi = gi;
-    const bool prefetch = prefetch_on();
-    auto go = [&](auto wpl) {
-      constexpr int W = decltype(wpl)::value;
-      if (prefetch)
-        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, false, 0, true, false>, pl.mp,
-                    pl.col_blocks, 1, s, smem);
-      else
-        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, false, 0, true, false>, pl.mp,
-                    pl.col_blocks, 1, s, smem);
-    };
-    if (p.w.group_size == 32)
-      go(std::integral_constant<int, 1>{});
-    else
-      go(std::integral_constant<int, 2>{});
+    launch_fused<T, 0, true, false>(pl, 1, smem, s);
     return true;
   }
 }
@@ -873,35 +862,15 @@ bool qgemv_mma_moe_down(const LinParams& p, const GatedIn& gi, const CombineOut&
       return false;
     Plan pl = plan_of(p);
     if (!pl.gpl) return false;
-    const std::int64_t k = p.w.k;
-    const std::size_t smem = static_cast<std::size_t>(k) * sizeof(T);  // the block's one x row
-    constexpr std::size_t kMaxSmem = 32 * 1024;
-    const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
-    const auto row_aligned = [](std::int64_t stride) {
-      return (stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
-    };
-    if (smem > kMaxSmem || !aligned(gi.g) || !aligned(gi.u) || !row_aligned(gi.g_stride) ||
-        !row_aligned(gi.u_stride) || !co.counters ||
+    const std::size_t smem = static_cast<std::size_t>(p.w.k) * sizeof(T);  // one x row
+    if (smem > kFusedSmemMax || !aligned16(gi.g) || !aligned16(gi.u) ||
+        !rows_aligned16<T>(gi.g_stride) || !rows_aligned16<T>(gi.u_stride) || !co.counters ||
         (p.m / co.top_k) * pl.col_blocks > co.max_counters)
       return false;
     pl.mp.gi = gi;
     pl.mp.co = co;
     pl.mp.co.col_blocks = pl.col_blocks;
-    const unsigned row_blocks = static_cast<unsigned>(p.m);
-    const bool prefetch = prefetch_on();
-    auto go = [&](auto wpl) {
-      constexpr int W = decltype(wpl)::value;
-      if (prefetch)
-        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, false, 0, true, true>, pl.mp,
-                    pl.col_blocks, row_blocks, s, smem);
-      else
-        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, false, 0, true, true>, pl.mp,
-                    pl.col_blocks, row_blocks, s, smem);
-    };
-    if (p.w.group_size == 32)
-      go(std::integral_constant<int, 1>{});
-    else
-      go(std::integral_constant<int, 2>{});
+    launch_fused<T, 0, true, true>(pl, static_cast<unsigned>(p.m), smem, s);
     return true;
   }
 }
