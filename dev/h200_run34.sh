@@ -32,25 +32,26 @@ same_bits "" MLXCEL_GPU_MOE_ROUTE=1
 same_bits "" MLXCEL_GPU_FUSED_NORM=0
 same_bits "" "MLXCEL_GPU_MOE_FUSED_DOWN=1 MLXCEL_GPU_FUSED_GATED=1"
 synth_all
+# The comparisons first (a short call still answers them), repeats after.
+b 30b .gpu/mlxcel qwen3-30b-a3b 1 3
+b 30b-both .gpu/mlxcel qwen3-30b-a3b 1 3 MLXCEL_GPU_MOE_ROUTE=1 MLXCEL_GPU_MOE_FUSED_DOWN=1
+b 30b-down1 .gpu/mlxcel qwen3-30b-a3b 1 3 MLXCEL_GPU_MOE_FUSED_DOWN=1
+b 30b-route1 .gpu/mlxcel qwen3-30b-a3b 1 3 MLXCEL_GPU_MOE_ROUTE=1
 b 8b .gpu/mlxcel llama-3.1-8b 1 3
+b 8b-gated1 .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_FUSED_GATED=1
 b 8b-norm0 .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_FUSED_NORM=0
 b 0.6b .gpu/mlxcel qwen3-0.6b 1 3
-b 0.6b-norm0 .gpu/mlxcel qwen3-0.6b 1 3 MLXCEL_GPU_FUSED_NORM=0
-b 8b-gated1 .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_FUSED_GATED=1
 b 0.6b-gated1 .gpu/mlxcel qwen3-0.6b 1 3 MLXCEL_GPU_FUSED_GATED=1
-b 30b .gpu/mlxcel qwen3-30b-a3b 1 3
+b 0.6b-norm0 .gpu/mlxcel qwen3-0.6b 1 3 MLXCEL_GPU_FUSED_NORM=0
 b 30b-norm0 .gpu/mlxcel qwen3-30b-a3b 1 3 MLXCEL_GPU_FUSED_NORM=0
-b 30b-route1 .gpu/mlxcel qwen3-30b-a3b 1 3 MLXCEL_GPU_MOE_ROUTE=1
-b 30b-down1 .gpu/mlxcel qwen3-30b-a3b 1 3 MLXCEL_GPU_MOE_FUSED_DOWN=1
-b 30b-both .gpu/mlxcel qwen3-30b-a3b 1 3 MLXCEL_GPU_MOE_ROUTE=1 MLXCEL_GPU_MOE_FUSED_DOWN=1
-b 8b-again .gpu/mlxcel llama-3.1-8b 1 3
-b 8b-norm0-again .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_FUSED_NORM=0
-b 8b-gated1-again .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_FUSED_GATED=1
-b 0.6b-again .gpu/mlxcel qwen3-0.6b 1 3
-b 0.6b-gated1-again .gpu/mlxcel qwen3-0.6b 1 3 MLXCEL_GPU_FUSED_GATED=1
-b 30b-route1-again .gpu/mlxcel qwen3-30b-a3b 1 3 MLXCEL_GPU_MOE_ROUTE=1
 b 30b-both-again .gpu/mlxcel qwen3-30b-a3b 1 3 MLXCEL_GPU_MOE_ROUTE=1 MLXCEL_GPU_MOE_FUSED_DOWN=1
 b 30b-again .gpu/mlxcel qwen3-30b-a3b 1 3
+b 8b-gated1-again .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_FUSED_GATED=1
+b 8b-again .gpu/mlxcel llama-3.1-8b 1 3
+b 0.6b-gated1-again .gpu/mlxcel qwen3-0.6b 1 3 MLXCEL_GPU_FUSED_GATED=1
+b 0.6b-again .gpu/mlxcel qwen3-0.6b 1 3
+b 8b-norm0-again .gpu/mlxcel llama-3.1-8b 1 3 MLXCEL_GPU_FUSED_NORM=0
+b 30b-route1-again .gpu/mlxcel qwen3-30b-a3b 1 3 MLXCEL_GPU_MOE_ROUTE=1
 ncu_step 8b llama-3.1-8b 1
 ncu_step 30b-both qwen3-30b-a3b 1 MLXCEL_GPU_MOE_ROUTE=1 MLXCEL_GPU_MOE_FUSED_DOWN=1
 b 8b-b16 .gpu/mlxcel llama-3.1-8b 16 2
