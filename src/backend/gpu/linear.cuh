@@ -91,7 +91,8 @@ struct NormIn {
 // one-group-per-lane kernel at 1-2 rows (the decode step's q/k/v and gate/up products): every
 // block normalizes the rows into shared memory itself, with rms_norm_act_kernel's exact
 // reduction order (so x and y have the two launches' bits), and the first block also writes x.
-// False: nothing launched (the caller runs rms_norm, then linear). MLXCEL_GPU_FUSED_NORM=0: off.
+// False: nothing launched (the caller runs rms_norm, then linear). MLXCEL_GPU_FUSED_NORM=1: on
+// (off by default until measured).
 template <typename T>
 bool qgemv_mma_norm(const LinParams& p, const NormIn& n, const Stream& s);
 
