@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -1143,10 +1144,15 @@ TEST(BackendOps, Sample) {
       continue;
     }
     for (std::int64_t vocab : {1LL, 33LL, 1000LL, 151936LL}) {
-      const std::int64_t n_logit_rows = 3;
+      // Rows 0-2 random with ties; row 3 has a NaN in its last logit and row 4 a +inf in its
+      // middle one (the GPU's greedy rows split into parts: a part's flag must reach the row).
+      const std::int64_t n_logit_rows = 5;
       std::vector<float> logits =
           randn(rng, static_cast<std::size_t>(n_logit_rows * vocab), 2.0f, act);
-      for (std::int64_t r = 0; r < n_logit_rows; ++r) {
+      logits[static_cast<std::size_t>(4 * vocab - 1)] = std::numeric_limits<float>::quiet_NaN();
+      logits[static_cast<std::size_t>(4 * vocab + vocab / 2)] =
+          std::numeric_limits<float>::infinity();
+      for (std::int64_t r = 0; r < 3; ++r) {
         float* row = logits.data() + r * vocab;
         for (int j = 0; j < 6 && j < vocab; ++j)
           row[(j * 7919 + r) % vocab] =
@@ -1160,11 +1166,12 @@ TEST(BackendOps, Sample) {
           {static_cast<std::int32_t>(vocab - 1), SampleProcKind::kSubtract, 0.25f},
           {static_cast<std::int32_t>(vocab - 1), SampleProcKind::kSubtract, 0.25f}};
       const std::int64_t words = (vocab + 31) / 32;
-      std::vector<std::uint32_t> masks(static_cast<std::size_t>(words), 0u);
-      for (std::int64_t t = 0; t < vocab; t += 3) masks[t >> 5] |= 1u << (t & 31);  // every third
+      // Mask row 0: every third token allowed; mask row 1: none.
+      std::vector<std::uint32_t> masks(static_cast<std::size_t>(2 * words), 0u);
+      for (std::int64_t t = 0; t < vocab; t += 3) masks[t >> 5] |= 1u << (t & 31);
       for (int i = 0; i < 96; ++i) {
         SampleRow r;
-        r.logit_row = i % n_logit_rows;
+        r.logit_row = i % 3;
         const int kind = i % 8;
         r.temperature = kind == 0 ? 0.0f : (kind == 5 ? 0.3f : 1.1f);
         r.inv_temperature = r.temperature > 0 ? 1.0f / r.temperature : 1.0f;
@@ -1180,11 +1187,11 @@ TEST(BackendOps, Sample) {
         r.position = static_cast<std::uint64_t>(i);
         rows.push_back(r);
       }
-      for (int i = 0; i < 6; ++i) {  // plain greedy without logprobs (the GPU's one-pass path)
+      for (int i = 0; i < 9; ++i) {  // plain greedy without logprobs (the GPU's fast path)
         SampleRow r;
-        r.logit_row = i % n_logit_rows;
+        r.logit_row = i < 6 ? i % 3 : i - 3;  // 6: NaN, 7: +inf, 8: all masked
         r.logprobs = 0;
-        r.mask_row = i < 3 ? 0 : -1;
+        r.mask_row = i < 3 ? 0 : (i == 8 ? 1 : -1);
         rows.push_back(r);
       }
       auto run = [&](Backend& be, DeviceMem& m) {

@@ -107,6 +107,7 @@ struct SampleParams {
   float* scratch;
   SampleOut* out;
   int greedy_fast;  // MLXCEL_GPU_SAMPLE_FAST=1: plain greedy rows take greedy_fast
+  int parts;        // > 1: greedy rows were scanned by sample_parts_kernel in this many parts
 };
 
 // The best (key, id) over the block through warp shuffles and one shared-memory pass (BestOp is
@@ -129,26 +130,35 @@ __device__ Best block_best(Best b) {
 }
 
 // Greedy with nothing else to report or apply (no logprobs, processors, NaN hook): the best token
-// straight from the logits in one unrolled pass, where the general path below copies the row to
-// fp32 scratch and reads it again (run 25: 75 us of a 3.5 ms 8B decode step on one SM; this
-// pass: 35 us, run 26). Same decisions: the mask, the non-finite check, the largest key with the
-// lowest id.
+// straight from the logits, where the general path below copies the row to fp32 scratch and
+// reads it again (run 25: 75 us of a 3.5 ms 8B decode step on one SM; one block's pass: 35 us,
+// run 26, and still ~55 us of a step under ncu in run 34). Same decisions: the mask, the
+// non-finite check, the largest key with the lowest id.
+__device__ __forceinline__ bool greedy_fast_row(const SampleParams& a, const SampleRow& p) {
+  return a.greedy_fast && p.temperature <= 0.0f && !p.logprobs && p.n_top <= 0 &&
+         p.proc_begin == p.proc_end && !p.debug_nan;
+}
+
+// The best allowed (key, id) of row[begin, end) over the block, and whether any value there is
+// NaN or +inf (every thread gets both).
 template <typename L>
-__device__ void greedy_fast(const L* row, std::int64_t n, const std::uint32_t* mask,
-                            SampleOut* out) {
+__device__ Best scan_best(const L* row, std::int64_t begin, std::int64_t end,
+                          const std::uint32_t* mask, int& bad_out) {
   Best best{0, -1};
   int bad = 0;
 #pragma unroll 8
-  for (std::int64_t t = threadIdx.x; t < n; t += kThreads) {
+  for (std::int64_t t = begin + threadIdx.x; t < end; t += kThreads) {
     const bool allowed = !mask || ((mask[t >> 5] >> (t & 31)) & 1u);
     const float v = allowed ? to_f32(row[t]) : -INFINITY;  // masked tokens count as -inf
     if (isnan(v) || v == INFINITY) bad = 1;
     if (v > -INFINITY)
       best = BestOp{}(best, Best{backend::float_order_key(v), static_cast<std::int32_t>(t)});
   }
-  bad = __syncthreads_or(bad);
-  best = block_best(best);
-  if (threadIdx.x != 0) return;
+  bad_out = __syncthreads_or(bad);
+  return block_best(best);
+}
+
+__device__ void write_greedy(Best best, int bad, SampleOut* out) {
   *out = SampleOut{};
   if (bad || best.id < 0) {
     out->status = bad ? SampleStatus::kNonFinite : SampleStatus::kAllMasked;
@@ -158,19 +168,69 @@ __device__ void greedy_fast(const L* row, std::int64_t n, const std::uint32_t* m
   out->token = best.id;
 }
 
+// A greedy row in a.parts slices of kPartLen logits, one block each (sample_parts_kernel), so
+// the row is read by many SMs; sample_kernel then combines the parts' (key, id, bad) from the
+// row's scratch. BestOp is associative and commutative: the same token as one pass.
+constexpr std::int64_t kPartLen = 4 * kThreads;
+struct Part {
+  std::uint32_t key;
+  std::int32_t id;
+  std::int32_t bad;
+};
+__device__ __forceinline__ Part* row_parts(const SampleParams& a, std::int64_t r) {
+  return reinterpret_cast<Part*>(a.scratch + r * 2 * a.vocab);
+}
+
+template <typename L>
+__device__ void greedy_part(const SampleParams& a, const SampleRow& p, const L* logits) {
+  const std::uint32_t* mask = p.mask_row >= 0 ? a.masks + p.mask_row * a.mask_words : nullptr;
+  const L* row = logits + p.logit_row * a.logits_stride;
+  const std::int64_t begin = static_cast<std::int64_t>(blockIdx.x) * kPartLen;
+  const std::int64_t end = begin + kPartLen < a.vocab ? begin + kPartLen : a.vocab;
+  int bad = 0;
+  const Best b = scan_best(row, begin, end, mask, bad);
+  if (threadIdx.x == 0) row_parts(a, blockIdx.y)[blockIdx.x] = Part{b.key, b.id, bad};
+}
+
+// grid (a.parts, rows): rows the fast path takes leave their parts in scratch; others return.
+__global__ void __launch_bounds__(kThreads) sample_parts_kernel(SampleParams a) {
+  wait_previous_kernel();
+  const SampleRow p = a.rows[blockIdx.y];
+  if (!greedy_fast_row(a, p)) return;  // block-uniform
+  if (a.logits_code == 1) return greedy_part(a, p, static_cast<const bf16*>(a.logits));
+  if (a.logits_code == 2) return greedy_part(a, p, static_cast<const f16*>(a.logits));
+  greedy_part(a, p, static_cast<const float*>(a.logits));
+}
+
+template <typename L>
+__device__ void greedy_fast(const SampleParams& a, const SampleRow& p, const L* logits) {
+  const std::uint32_t* mask = p.mask_row >= 0 ? a.masks + p.mask_row * a.mask_words : nullptr;
+  int bad = 0;
+  const Best best = scan_best(logits + p.logit_row * a.logits_stride, 0, a.vocab, mask, bad);
+  if (threadIdx.x == 0) write_greedy(best, bad, a.out + blockIdx.x);
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams a) {
   wait_previous_kernel();
   constexpr float kNegInf = -INFINITY;
   const std::int64_t n = a.vocab;
   const SampleRow p = a.rows[blockIdx.x];
-  if (a.greedy_fast && p.temperature <= 0.0f && !p.logprobs && p.n_top <= 0 &&
-      p.proc_begin == p.proc_end && !p.debug_nan) {  // block-uniform
-    const std::uint32_t* mask = p.mask_row >= 0 ? a.masks + p.mask_row * a.mask_words : nullptr;
-    const std::int64_t base = p.logit_row * a.logits_stride;
-    SampleOut* out = a.out + blockIdx.x;
-    if (a.logits_code == 1) return greedy_fast(static_cast<const bf16*>(a.logits) + base, n, mask, out);
-    if (a.logits_code == 2) return greedy_fast(static_cast<const f16*>(a.logits) + base, n, mask, out);
-    return greedy_fast(static_cast<const float*>(a.logits) + base, n, mask, out);
+  if (greedy_fast_row(a, p)) {  // block-uniform
+    if (a.parts > 1) {
+      Best b{0, -1};
+      int bad = 0;
+      if (static_cast<int>(threadIdx.x) < a.parts) {
+        const Part q = row_parts(a, blockIdx.x)[threadIdx.x];
+        b = Best{q.key, q.id}, bad = q.bad;
+      }
+      bad = __syncthreads_or(bad);
+      b = block_best(b);
+      if (threadIdx.x == 0) write_greedy(b, bad, a.out + blockIdx.x);
+      return;
+    }
+    if (a.logits_code == 1) return greedy_fast(a, p, static_cast<const bf16*>(a.logits));
+    if (a.logits_code == 2) return greedy_fast(a, p, static_cast<const f16*>(a.logits));
+    return greedy_fast(a, p, static_cast<const float*>(a.logits));
   }
   float* w = a.scratch + static_cast<std::int64_t>(blockIdx.x) * 2 * n;
   float* s = w + n;
@@ -344,6 +404,18 @@ void sample(const backend::SampleArgs& a, const Stream& s) {
   // MLXCEL_GPU_SAMPLE_FAST=0 sends plain greedy rows through the general path (same tokens).
   static const int fast = env_int("MLXCEL_GPU_SAMPLE_FAST", 1) != 0 ? 1 : 0;
   p.greedy_fast = fast;
+  // Greedy rows over many SMs first (sample_parts_kernel; MLXCEL_GPU_SAMPLE_PARTS=0: one block
+  // per row scans it all, as before). Rows are at most 64 (a decode step's), so grid.y holds them.
+  static const bool parts_on = env_int("MLXCEL_GPU_SAMPLE_PARTS", 1) != 0;
+  const std::int64_t parts = (p.vocab + kPartLen - 1) / kPartLen;
+  p.parts = fast && parts_on && parts > 1 && parts <= kThreads && a.n <= 65535
+                ? static_cast<int>(parts) : 0;
+  if (p.parts > 1) {
+    launch_kernel(sample_parts_kernel, dim3(static_cast<unsigned>(p.parts),
+                                            static_cast<unsigned>(a.n)),
+                  kThreads, 0, s, p);
+    check_launch("sample", s.device());
+  }
   launch_kernel(sample_kernel, static_cast<unsigned>(a.n), kThreads, 0, s, p);
   check_launch("sample", s.device());
 }
