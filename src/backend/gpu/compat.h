@@ -81,9 +81,6 @@ __device__ __forceinline__ T gpu_shfl(T v, int src_lane, int width = MLXCEL_WARP
 // after the previous one, so the grid-dependency calls are no-ops.
 __device__ __forceinline__ void gpu_grid_wait() {}
 __device__ __forceinline__ void gpu_grid_release() {}
-// No L2 prefetch instruction on the RDNA / CDNA targets we build: a no-op (the caller's loads
-// are the same either way).
-__device__ __forceinline__ void gpu_prefetch_l2(const void*) {}
 template <typename... P, typename... A>
 inline void gpu_launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t smem,
                        gpuStream_t st, bool /*pdl*/, A&&... args) {
@@ -167,11 +164,6 @@ __device__ __forceinline__ void gpu_grid_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-// Asks L2 for the 128-byte line holding p and returns at once (no register waits for it): a
-// hint that changes no value, used to have a GEMV's later weight loads hit L2.
-__device__ __forceinline__ void gpu_prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 // pdl applies only while `st` is being recorded into a graph (the decode steps): run 28 measured
 // eager prefill 8 % slower with it (8B pp512 5,952 -> 5,478 tok/s on an H100) and replayed

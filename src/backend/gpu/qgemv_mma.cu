@@ -51,7 +51,6 @@ constexpr std::int64_t kTargetWarps = 2048;  // ~16 warps per SM on a 132-SM H20
 struct MmaParams {
   LinParams p;
   int ks = 1;                   // warps per column tile, splitting the groups of K
-  int l2pf = 0;                 // L2 prefetch distance in chunks (0: none; see l2pf_chunks)
   std::int64_t groups = 0;      // groups per row: k / group_size
   std::int64_t col_block0 = 0;  // the first column block of this launch
   std::int64_t pair_blocks = 0;  // Pair: column blocks of the first matrix (p.pair_*: the second)
@@ -59,6 +58,36 @@ struct MmaParams {
   GatedIn gi;      // GX: the gate and up rows x is computed from
   CombineOut co;   // CO: the combine
 };
+
+// 16 bytes of code words, in the form MLXCEL_QGEMV_LDHINT names (a build-time measuring knob,
+// since a run-time switch cost the default kernel its registers): 0 a plain load; 2 the
+// non-coherent path (the weights are constant for the kernel's life) with a 256-byte L2 fetch
+// per miss (L2::256B: a row's next chunk arrives with this one); 3 that, not allocating in L1
+// (each code byte is read once per block). Only the timing can differ, never the value.
+#ifndef MLXCEL_QGEMV_LDHINT
+#define MLXCEL_QGEMV_LDHINT 0
+#endif
+// The hinted loads took the default forms to 130 registers (1 block per SM): held to 128 there.
+#if MLXCEL_QGEMV_LDHINT
+#define MLXCEL_GPL_BOUNDS __launch_bounds__(kThreads, 2)
+#else
+#define MLXCEL_GPL_BOUNDS __launch_bounds__(kThreads)
+#endif
+__device__ __forceinline__ uint4 load_codes(const uint4* p) {
+#if MLXCEL_QGEMV_LDHINT == 2
+  uint4 v;
+  asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+#elif MLXCEL_QGEMV_LDHINT == 3
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+#else
+  return *p;
+#endif
+}
 
 // The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
 // mantissa bits reads as off + c, exactly.
@@ -426,12 +455,9 @@ __device__ __forceinline__ void combine_tail(const MmaParams& mp, std::int64_t m
 // GX (one column set, 1-2 rows or expert rows): x is the gated activation of mp.gi's rows
 // (gated_rows, into dynamic shared memory). CO (expert rows, with GX: moe.cu's fused down
 // projection): the combine follows the stores (combine_tail).
-// Held to 128 registers (2 blocks per SM): uncapped, the L2 prefetch's pointer took the two
-// column sets to 134, one block per SM, which batch 16 cannot afford (run 27). The forms run by
-// default (prefetching, or two column sets) keep the 128 they had; the others may now use more.
 template <typename T, int WPL, int NP, bool PF, bool Pair = false, int NU = 0, bool GX = false,
           bool CO = false>
-__global__ void __launch_bounds__(kThreads, 2) qgemv_mma_gpl_kernel(MmaParams mp) {
+__global__ void MLXCEL_GPL_BOUNDS qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
   constexpr int GW = 4 * WPL;   // words of one group row
@@ -516,8 +542,8 @@ __global__ void __launch_bounds__(kThreads, 2) qgemv_mma_gpl_kernel(MmaParams mp
     const std::int64_t gl = grp < G ? grp : G - 1;  // clamped: its B is zero
 #pragma unroll
     for (int i = 0; i < GW / 4; ++i) {
-      const uint4 va = reinterpret_cast<const uint4*>(wa + gl * GW)[i];
-      const uint4 vb = reinterpret_cast<const uint4*>(wb + gl * GW)[i];
+      const uint4 va = load_codes(reinterpret_cast<const uint4*>(wa + gl * GW) + i);
+      const uint4 vb = load_codes(reinterpret_cast<const uint4*>(wb + gl * GW) + i);
       l.ra[4 * i] = va.x, l.ra[4 * i + 1] = va.y, l.ra[4 * i + 2] = va.z, l.ra[4 * i + 3] = va.w;
       l.rb[4 * i] = vb.x, l.rb[4 * i + 1] = vb.y, l.rb[4 * i + 2] = vb.z, l.rb[4 * i + 3] = vb.w;
     }
@@ -602,34 +628,6 @@ __global__ void __launch_bounds__(kThreads, 2) qgemv_mma_gpl_kernel(MmaParams mp
                              fmaf(b_b[u] - Magic<T>::kOff * s_b[u], e[q][u], acc[q][2 + u]));
       }
   };
-  // L2 prefetch (mp.l2pf = D > 0): this warp's first D chunks are requested from L2 at once,
-  // then chunk c + D when chunk c is loaded, so the loads below hit L2 with D chunks of DRAM
-  // traffic in flight per warp and no registers held for them. Dense weights are constant: the
-  // first D go out before the wait, overlapping the previous kernel. Lane l < 16 asks for row
-  // n0 + l's code bytes of a chunk (16 * GW: one 128-byte line at g64), lane 16 + l for the
-  // row's scale and bias lines of the warp's groups. Hints only: the same loads, the same bits.
-  const std::uint32_t* pf_row = nullptr;
-  if (mp.l2pf > 0 && lane < 16) {
-    const std::int64_t r = n0 + lane < n_last ? n0 + lane : n_last;
-    pf_row = static_cast<const std::uint32_t*>(wp.w) + r * row_words;
-  }
-  auto l2_chunk = [&](std::int64_t c) {
-    if (pf_row && c < c_end) gpu_prefetch_l2(pf_row + c * 4 * GW);
-  };
-  if (mp.l2pf > 0) {
-    if (lane < 16) {
-      const std::int64_t first_end = c_begin + mp.l2pf < c_end ? c_begin + mp.l2pf : c_end;
-      for (std::int64_t c = c_begin; c < first_end; ++c) l2_chunk(c);
-    } else if (c_begin < c_end) {
-      const std::int64_t r = n0 + lane - 16 < n_last ? n0 + lane - 16 : n_last;
-      const int bytes = code == 0 ? 4 : 2;
-      const std::int64_t g0 = 4 * c_begin, g1 = (4 * c_end < G ? 4 * c_end : G);
-      for (std::int64_t b = (r * G + g0) * bytes / 128 * 128; b < (r * G + g1) * bytes; b += 128) {
-        gpu_prefetch_l2(static_cast<const char*>(wp.scales) + b);
-        if (wp.biases) gpu_prefetch_l2(static_cast<const char*>(wp.biases) + b);
-      }
-    }
-  }
   if constexpr (PF) {
     // Chunk c + 1's loads in flight while chunk c is computed (the last one reloads itself:
     // no branch, an L2 hit). Only the load timing differs, so the bits are the same.
@@ -640,7 +638,6 @@ __global__ void __launch_bounds__(kThreads, 2) qgemv_mma_gpl_kernel(MmaParams mp
     after_wait();
     for (std::int64_t c = c_begin; c < c_end; ++c) {
       ChunkLoad<GW> next;
-      l2_chunk(c + mp.l2pf);
       load_chunk(c + 1 < c_end ? c + 1 : c, next);
       apply_chunk(c, cur);
       cur = next;
@@ -651,7 +648,6 @@ __global__ void __launch_bounds__(kThreads, 2) qgemv_mma_gpl_kernel(MmaParams mp
     after_wait();
     for (std::int64_t c = c_begin; c < c_end; ++c) {
       ChunkLoad<GW> cur;
-      l2_chunk(c + mp.l2pf);
       load_chunk(c, cur);
       apply_chunk(c, cur);
     }
@@ -722,22 +718,10 @@ struct Plan {
   bool gpl = false;
 };
 
-// The one-group-per-lane kernel's L2 prefetch distance in chunks: MLXCEL_GPU_QGEMV_L2PF (0, the
-// default until measured: none). Per warp D chunks of 16 rows are requested ahead (2 KiB each
-// at g64), so 16 warps per SM keep 32 D KiB of weights on their way.
-int l2pf_chunks() {
-  static const int d = [] {
-    const int v = env_int("MLXCEL_GPU_QGEMV_L2PF", 0);
-    return v < 0 ? 0 : (v > 64 ? 64 : v);
-  }();
-  return d;
-}
-
 Plan plan_of(const LinParams& p) {
   Plan pl;
   const int gs = p.w.group_size;
   pl.mp.p = p;
-  pl.mp.l2pf = l2pf_chunks();
   pl.mp.groups = p.w.k / gs;
   const std::int64_t tiles = (p.w.n + kTileCols - 1) / kTileCols;
   static const bool gpl = env_int("MLXCEL_GPU_QGEMV_MMA_GPL", 1) != 0;
