@@ -59,36 +59,6 @@ struct MmaParams {
   CombineOut co;   // CO: the combine
 };
 
-// 16 bytes of code words, in the form MLXCEL_QGEMV_LDHINT names (a build-time measuring knob,
-// since a run-time switch cost the default kernel its registers): 0 a plain load; 2 the
-// non-coherent path (the weights are constant for the kernel's life) with a 256-byte L2 fetch
-// per miss (L2::256B: a row's next chunk arrives with this one); 3 that, not allocating in L1
-// (each code byte is read once per block). Only the timing can differ, never the value.
-#ifndef MLXCEL_QGEMV_LDHINT
-#define MLXCEL_QGEMV_LDHINT 0
-#endif
-// The hinted loads took the default forms to 130 registers (1 block per SM): held to 128 there.
-#if MLXCEL_QGEMV_LDHINT
-#define MLXCEL_GPL_BOUNDS __launch_bounds__(kThreads, 2)
-#else
-#define MLXCEL_GPL_BOUNDS __launch_bounds__(kThreads)
-#endif
-__device__ __forceinline__ uint4 load_codes(const uint4* p) {
-#if MLXCEL_QGEMV_LDHINT == 2
-  uint4 v;
-  asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-#elif MLXCEL_QGEMV_LDHINT == 3
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-#else
-  return *p;
-#endif
-}
-
 // The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
 // mantissa bits reads as off + c, exactly.
 template <typename T>
@@ -457,7 +427,7 @@ __device__ __forceinline__ void combine_tail(const MmaParams& mp, std::int64_t m
 // projection): the combine follows the stores (combine_tail).
 template <typename T, int WPL, int NP, bool PF, bool Pair = false, int NU = 0, bool GX = false,
           bool CO = false>
-__global__ void MLXCEL_GPL_BOUNDS qgemv_mma_gpl_kernel(MmaParams mp) {
+__global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
   constexpr int GW = 4 * WPL;   // words of one group row
@@ -542,8 +512,8 @@ __global__ void MLXCEL_GPL_BOUNDS qgemv_mma_gpl_kernel(MmaParams mp) {
     const std::int64_t gl = grp < G ? grp : G - 1;  // clamped: its B is zero
 #pragma unroll
     for (int i = 0; i < GW / 4; ++i) {
-      const uint4 va = load_codes(reinterpret_cast<const uint4*>(wa + gl * GW) + i);
-      const uint4 vb = load_codes(reinterpret_cast<const uint4*>(wb + gl * GW) + i);
+      const uint4 va = reinterpret_cast<const uint4*>(wa + gl * GW)[i];
+      const uint4 vb = reinterpret_cast<const uint4*>(wb + gl * GW)[i];
       l.ra[4 * i] = va.x, l.ra[4 * i + 1] = va.y, l.ra[4 * i + 2] = va.z, l.ra[4 * i + 3] = va.w;
       l.rb[4 * i] = vb.x, l.rb[4 * i + 1] = vb.y, l.rb[4 * i + 2] = vb.z, l.rb[4 * i + 3] = vb.w;
     }
