@@ -28,7 +28,7 @@ M=$M,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio
 M=$M,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio
 M=$M,smsp__issue_active.avg.pct_of_peak_sustained_active
 timeout 200 ncu --clock-control none -k "regex:qgemv_mma_gpl_kernel" --launch-skip 0 \
-  --launch-count 4 --metrics "$M" --csv .gpu/mlxcel bench -m "$S/llama-3.1-8b" -p 1 -g 1 -r 1 \
+  --launch-count 4 --metrics "$M" --csv .gpu/mlxcel bench -m "$S/llama-3.1-8b" -p 1 -g 2 -r 1 \
   --device gpu > "$R/ncu-gemv-counters.csv" 2> "$R/ncu-gemv-counters.err"
 log "ncu rc=$?"
 python3 - "$R/ncu-gemv-counters.csv" <<'PY' | tee "$R/ncu-gemv-counters.txt"
