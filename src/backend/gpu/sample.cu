@@ -138,6 +138,18 @@ __device__ __forceinline__ bool greedy_fast_row(const SampleParams& a, const Sam
   return a.greedy_fast && p.temperature <= 0.0f && !p.logprobs && p.n_top <= 0 &&
          p.proc_begin == p.proc_end && !p.debug_nan;
 }
+// The row's allowed-token mask, or null.
+__device__ __forceinline__ const std::uint32_t* row_mask(const SampleParams& a,
+                                                         const SampleRow& p) {
+  return p.mask_row >= 0 ? a.masks + p.mask_row * a.mask_words : nullptr;
+}
+// f(logits) with the logits as their storage type (bf16, f16 or f32).
+template <typename F>
+__device__ __forceinline__ void with_logits(const SampleParams& a, F&& f) {
+  if (a.logits_code == 1) return f(static_cast<const bf16*>(a.logits));
+  if (a.logits_code == 2) return f(static_cast<const f16*>(a.logits));
+  f(static_cast<const float*>(a.logits));
+}
 
 // The best allowed (key, id) of row[begin, end) over the block, and whether any value there is
 // NaN or +inf (every thread gets both).
@@ -183,7 +195,7 @@ __device__ __forceinline__ Part* row_parts(const SampleParams& a, std::int64_t r
 
 template <typename L>
 __device__ void greedy_part(const SampleParams& a, const SampleRow& p, const L* logits) {
-  const std::uint32_t* mask = p.mask_row >= 0 ? a.masks + p.mask_row * a.mask_words : nullptr;
+  const std::uint32_t* mask = row_mask(a, p);
   const L* row = logits + p.logit_row * a.logits_stride;
   const std::int64_t begin = static_cast<std::int64_t>(blockIdx.x) * kPartLen;
   const std::int64_t end = begin + kPartLen < a.vocab ? begin + kPartLen : a.vocab;
@@ -197,16 +209,14 @@ __global__ void __launch_bounds__(kThreads) sample_parts_kernel(SampleParams a) 
   wait_previous_kernel();
   const SampleRow p = a.rows[blockIdx.y];
   if (!greedy_fast_row(a, p)) return;  // block-uniform
-  if (a.logits_code == 1) return greedy_part(a, p, static_cast<const bf16*>(a.logits));
-  if (a.logits_code == 2) return greedy_part(a, p, static_cast<const f16*>(a.logits));
-  greedy_part(a, p, static_cast<const float*>(a.logits));
+  with_logits(a, [&](auto logits) { greedy_part(a, p, logits); });
 }
 
 template <typename L>
 __device__ void greedy_fast(const SampleParams& a, const SampleRow& p, const L* logits) {
-  const std::uint32_t* mask = p.mask_row >= 0 ? a.masks + p.mask_row * a.mask_words : nullptr;
   int bad = 0;
-  const Best best = scan_best(logits + p.logit_row * a.logits_stride, 0, a.vocab, mask, bad);
+  const Best best =
+      scan_best(logits + p.logit_row * a.logits_stride, 0, a.vocab, row_mask(a, p), bad);
   if (threadIdx.x == 0) write_greedy(best, bad, a.out + blockIdx.x);
 }
 
@@ -228,9 +238,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams a) {
       if (threadIdx.x == 0) write_greedy(b, bad, a.out + blockIdx.x);
       return;
     }
-    if (a.logits_code == 1) return greedy_fast(a, p, static_cast<const bf16*>(a.logits));
-    if (a.logits_code == 2) return greedy_fast(a, p, static_cast<const f16*>(a.logits));
-    return greedy_fast(a, p, static_cast<const float*>(a.logits));
+    return with_logits(a, [&](auto logits) { greedy_fast(a, p, logits); });
   }
   float* w = a.scratch + static_cast<std::int64_t>(blockIdx.x) * 2 * n;
   float* s = w + n;
@@ -250,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams a) {
     }
   }
   __syncthreads();
-  const std::uint32_t* mask = p.mask_row >= 0 ? a.masks + p.mask_row * a.mask_words : nullptr;
+  const std::uint32_t* mask = row_mask(a, p);
   std::uint64_t bad = 0;
   Best best{0, -1};
   for (std::int64_t t = tid; t < n; t += kThreads) {
