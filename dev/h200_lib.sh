@@ -90,3 +90,39 @@ ncu_step() {
   log "ncu step $tag rc=$?"
   python3 dev/ncu_step_times.py < "$R/ncu-step-$tag.csv" 2>&1 | tee "$R/step-times-$tag.txt" | head -16
 }
+#   ncu_counters TAG REGEX COUNT [ENV...]  run 38's counter set (DRAM, L1 / L2 requests, issue,
+#                                     stalls) for the first COUNT launches matching REGEX of a
+#                                     one-token 8B step; per-launch table in $R/ncu-counters-TAG.txt
+ncu_counters() {
+  local tag=$1 re=$2 count=$3
+  shift 3
+  late "ncu counters $tag" && return
+  local M=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  M=$M,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
+  M=$M,l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum,lts__t_requests_srcunit_tex_op_read.sum
+  M=$M,lts__t_sectors_srcunit_tex_op_read.sum,smsp__inst_executed.sum
+  M=$M,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread
+  M=$M,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
+  M=$M,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio
+  M=$M,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio
+  M=$M,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio
+  M=$M,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio
+  M=$M,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio
+  M=$M,smsp__issue_active.avg.pct_of_peak_sustained_active
+  env "$@" timeout 200 ncu --clock-control none -k "regex:$re" --launch-skip 0 \
+    --launch-count "$count" --metrics "$M" --csv .gpu/mlxcel bench -m "$S/llama-3.1-8b" -p 1 -g 2 \
+    -r 1 --device gpu > "$R/ncu-counters-$tag.csv" 2> "$R/ncu-counters-$tag.err"
+  log "ncu counters $tag rc=$?"
+  python3 - "$R/ncu-counters-$tag.csv" <<'PY' | tee "$R/ncu-counters-$tag.txt" | grep -E "launch|duration|inst_exec|issue_active|warps_active|registers"
+import csv, sys
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+h = rows[0]; ii, gi, mi, vi = h.index("ID"), h.index("Grid Size"), h.index("Metric Name"), h.index("Metric Value")
+by = {}
+for r in rows[1:]:
+    by.setdefault((r[ii], r[gi]), {})[r[mi]] = r[vi]
+for (i, g), m in by.items():
+    print("launch", i, "grid", g)
+    for k, v in m.items():
+        print("  %-78s %s" % (k, v))
+PY
+}

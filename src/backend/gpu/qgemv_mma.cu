@@ -650,6 +650,243 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   if constexpr (CO) combine_tail<T>(mp, m0, cb, y);
 }
 
+// --- The lean form of the one-group-per-lane kernel (MLXCEL_GPU_QGEMV_LEAN, default on) -----
+// Run 38 counted 462 instructions per chunk in qgemv_mma_gpl_kernel's loop for 32 mma: the
+// GEMV is issue-bound at ~4 bytes of weights per warp instruction (13.1 M instructions for
+// gate_up's 66 MB, issue active 45 % at 21 % warps active), not memory-bound. The same chunks,
+// the same products in the same order, with the overhead taken out:
+//  - a code pair is one LOP3 ((w >> 4i) & 0x000F000F | magic, the magic in a register) and a
+//    shift, where the compiler had split the mask and the OR into two LOP3;
+//  - addresses are 32-bit group indices off per-row base pointers fixed before the loop (the
+//    loop had ~90 instructions of 64-bit index arithmetic and clamps per chunk);
+//  - NS (scales in the activation dtype, as MLX stores them): their decode is inline, not a
+//    run-time switch over three codes per chunk;
+//  - two chunk registers sets alternate (no copy of the prefetched chunk per iteration).
+// Every output's arithmetic is qgemv_mma_gpl_kernel's, so the bits are the same.
+
+// (w >> 4i) & 0x000F000F | magic as one LOP3 with the magic in a register.
+__device__ __forceinline__ std::uint32_t code_pair_lop3(std::uint32_t w, int i,
+                                                        std::uint32_t magic) {
+  std::uint32_t r;
+  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(r) : "r"(w >> (4 * i)), "r"(magic));
+  return r;
+}
+
+// A scale or bias word's element u (0 / 1) as f32: 16-bit codes of T (NS), else by code.
+template <typename T, bool NS>
+__device__ __forceinline__ float scale_at(std::uint32_t lo, std::uint32_t hi, int code, int u) {
+  if constexpr (NS) {
+    if constexpr (std::is_same_v<T, bf16>)
+      return __uint_as_float(u ? lo & 0xFFFF0000u : lo << 16);
+    else
+      return f16::from_bits(static_cast<std::uint16_t>(u ? lo >> 16 : lo & 0xFFFFu)).to_float();
+  } else {
+    return code == 0 ? __uint_as_float(u ? hi : lo) : code_value(lo, code, u);
+  }
+}
+
+// MLXCEL_QGEMV_LEAN_MINB > 0: the blocks per SM it is built for (a build-time measuring knob; 3
+// caps it at 80 registers). Not 1: ptxas then gives the one-set form ~220 registers, where
+// without a minimum it takes 92.
+#if defined(MLXCEL_QGEMV_LEAN_MINB) && MLXCEL_QGEMV_LEAN_MINB > 0
+#define MLXCEL_LEAN_BOUNDS __launch_bounds__(kThreads, MLXCEL_QGEMV_LEAN_MINB)
+#else
+#define MLXCEL_LEAN_BOUNDS __launch_bounds__(kThreads)
+#endif
+template <typename T, int WPL, int NP, bool Pair, bool NS>
+__global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
+  constexpr bool PF = NP == 1;  // one column set: the next chunk loads during this one
+  __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
+  const LinParams& p = mp.p;
+  constexpr int GW = 4 * WPL;  // words (and x uint4) of one group row
+  const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
+  const int g = lane / 4, t = lane % 4;
+  const int tile = warp / mp.ks, kw = warp % mp.ks;
+  std::int64_t cb = mp.col_block0 + static_cast<std::int64_t>(blockIdx.y);
+  bool second = false;
+  if constexpr (Pair) {
+    second = cb >= mp.pair_blocks;
+    if (second) cb -= mp.pair_blocks;
+  }
+  const std::int64_t n0 = (cb * (kWarps / mp.ks) + tile) * kTileCols;
+  const int per_block = p.experts ? 1 : 2 * NP;
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.x) * per_block;
+  const int mc = static_cast<int>(p.m - m0 < per_block ? p.m - m0 : per_block);
+  if (p.experts) gpu_grid_wait();  // expert ids are the previous kernel's output
+  WPtrs wp = wptrs(p, m0);
+  T* y = static_cast<T*>(p.y);
+  if constexpr (Pair) {
+    if (second) {
+      WView v = p.w;
+      v.w = p.pair_w, v.scales = p.pair_scales, v.biases = p.pair_biases;
+      wp = expert_wptrs(v, p.experts[m0]);
+      y = static_cast<T*>(p.pair_y);
+    }
+  }
+  const std::int64_t n_last = p.w.n - 1;
+  const int G = static_cast<int>(mp.groups);
+  const std::int64_t na = n0 + g < n_last ? n0 + g : n_last;
+  const std::int64_t nb = n0 + g + 8 < n_last ? n0 + g + 8 : n_last;
+  const std::int64_t row_words = p.w.k / 8;
+  // Row bases: codes in uint4 (a group row is WPL of them), scales and biases in pairs of
+  // elements (4 or 8 bytes: G is even, so a lane's two groups are one aligned pair).
+  const uint4* wa = reinterpret_cast<const uint4*>(static_cast<const std::uint32_t*>(wp.w) +
+                                                   na * row_words);
+  const uint4* wb = reinterpret_cast<const uint4*>(static_cast<const std::uint32_t*>(wp.w) +
+                                                   nb * row_words);
+  const int code = NS ? (std::is_same_v<T, bf16> ? 1 : 2) : p.w.scales_code;
+  const int es = code == 0 ? 4 : 2;  // bytes per scale
+  const char* sa = static_cast<const char*>(wp.scales) + na * G * es;
+  const char* ba = static_cast<const char*>(wp.biases) + na * G * es;
+  const char* sb = static_cast<const char*>(wp.scales) + nb * G * es;
+  const char* bb = static_cast<const char*>(wp.biases) + nb * G * es;
+  // B column g of column set q: row 2 q + g / 4 over group offset g % 4; lane (g, t) gives it
+  // nonzero x only when t == g % 4.
+  const uint4* xrow[NP];
+  bool gives[NP];
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    const int r = 2 * q + g / 4;
+    gives[q] = t == g % 4 && r < mc;
+    xrow[q] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) +
+                                             ((m0 + (gives[q] ? r : 0)) / p.x_div) * p.x_stride);
+  }
+  const std::uint32_t magic = Magic<T>::kPair;
+  const int j0 = 2 * (t % 2);  // this lane's D columns 2t, 2t + 1: group offsets j0, j0 + 1
+  const int chunks = (G + 3) / 4;
+  const int c_begin = chunks * kw / mp.ks, c_end = chunks * (kw + 1) / mp.ks;
+  float acc[NP][4];
+#pragma unroll
+  for (int q = 0; q < NP; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[q][i] = 0.0f;
+  const std::uint32_t ones[4] = {Magic<T>::kOnes, Magic<T>::kOnes, Magic<T>::kOnes,
+                                 Magic<T>::kOnes};
+  // Chunk c: this lane's group 4c + t of rows na, nb (the last group past G: its B is zero),
+  // and the scale / bias pairs of groups 4c + j0, +1 (clamped to the last pair).
+  auto load_chunk = [&](int c, ChunkLoad<GW>& l) {
+    const int gl = min(4 * c + t, G - 1);
+#pragma unroll
+    for (int i = 0; i < WPL; ++i) {
+      const uint4 va = wa[gl * WPL + i], vb = wb[gl * WPL + i];
+      l.ra[4 * i] = va.x, l.ra[4 * i + 1] = va.y, l.ra[4 * i + 2] = va.z, l.ra[4 * i + 3] = va.w;
+      l.rb[4 * i] = vb.x, l.rb[4 * i + 1] = vb.y, l.rb[4 * i + 2] = vb.z, l.rb[4 * i + 3] = vb.w;
+    }
+    const int sp = min(2 * c + (t % 2), G / 2 - 1);  // the pair's index
+    if (code == 0) {
+      const uint2 x0 = reinterpret_cast<const uint2*>(sa)[sp];
+      const uint2 x1 = reinterpret_cast<const uint2*>(ba)[sp];
+      const uint2 x2 = reinterpret_cast<const uint2*>(sb)[sp];
+      const uint2 x3 = reinterpret_cast<const uint2*>(bb)[sp];
+      l.sw[0] = x0.x, l.sw[1] = x1.x, l.sw[2] = x2.x, l.sw[3] = x3.x;
+      l.sw[4] = x0.y, l.sw[5] = x1.y, l.sw[6] = x2.y, l.sw[7] = x3.y;
+    } else {
+      l.sw[0] = reinterpret_cast<const std::uint32_t*>(sa)[sp];
+      l.sw[1] = reinterpret_cast<const std::uint32_t*>(ba)[sp];
+      l.sw[2] = reinterpret_cast<const std::uint32_t*>(sb)[sp];
+      l.sw[3] = reinterpret_cast<const std::uint32_t*>(bb)[sp];
+    }
+  };
+  auto apply_chunk = [&](int c, const ChunkLoad<GW>& l) {
+    const int grp = 4 * c + t;  // this lane's group
+    const bool valid = grp < G;
+    float s_a[2], b_a[2], s_b[2], b_b[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      s_a[u] = scale_at<T, NS>(l.sw[0], l.sw[4], code, u);
+      b_a[u] = scale_at<T, NS>(l.sw[1], l.sw[5], code, u);
+      s_b[u] = scale_at<T, NS>(l.sw[2], l.sw[6], code, u);
+      b_b[u] = scale_at<T, NS>(l.sw[3], l.sw[7], code, u);
+    }
+    float d[NP][4], e[NP][4];
+#pragma unroll
+    for (int q = 0; q < NP; ++q)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d[q][i] = e[q][i] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < GW; ++w) {
+      uint4 xv[NP];
+#pragma unroll
+      for (int q = 0; q < NP; ++q)
+        xv[q] = gives[q] && valid ? xrow[q][grp * GW + w] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const std::uint32_t a[4] = {code_pair_lop3(l.ra[w], 2 * h, magic),
+                                    code_pair_lop3(l.rb[w], 2 * h, magic),
+                                    code_pair_lop3(l.ra[w], 2 * h + 1, magic),
+                                    code_pair_lop3(l.rb[w], 2 * h + 1, magic)};
+#pragma unroll
+        for (int q = 0; q < NP; ++q) {
+          const std::uint32_t lo = h ? xv[q].y : xv[q].x, hi = h ? xv[q].w : xv[q].z;
+          const std::uint32_t b0 = __byte_perm(lo, hi, 0x5410u), b1 = __byte_perm(lo, hi, 0x7632u);
+          mma<T>(d[q], a, b0, b1);
+          mma<T>(e[q], ones, b0, b1);
+        }
+      }
+    }
+    // As qgemv_mma_gpl_kernel: col 2t + u of d[q] is group 4c + j0 + u, e[q][u] its sum of x.
+#pragma unroll
+    for (int q = 0; q < NP; ++q)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        acc[q][u] =
+            fmaf(s_a[u], d[q][u], fmaf(b_a[u] - Magic<T>::kOff * s_a[u], e[q][u], acc[q][u]));
+        acc[q][2 + u] = fmaf(s_b[u], d[q][2 + u],
+                             fmaf(b_b[u] - Magic<T>::kOff * s_b[u], e[q][u], acc[q][2 + u]));
+      }
+  };
+  if constexpr (PF) {
+    // Two register sets alternate: chunk c + 1 loads while chunk c is computed (past the
+    // slice's end, a reload of its last chunk: no branch, an L1 hit).
+    ChunkLoad<GW> l0, l1;
+    if (c_begin < c_end) load_chunk(c_begin, l0);
+    if (!p.experts) gpu_grid_wait();
+    gpu_grid_release();
+    int c = c_begin;
+    for (; c + 1 < c_end; c += 2) {
+      load_chunk(c + 1, l1);
+      apply_chunk(c, l0);
+      load_chunk(c + 2 < c_end ? c + 2 : c + 1, l0);
+      apply_chunk(c + 1, l1);
+    }
+    if (c < c_end) apply_chunk(c, l0);
+  } else {
+    if (!p.experts) gpu_grid_wait();
+    gpu_grid_release();
+    for (int c = c_begin; c < c_end; ++c) {
+      ChunkLoad<GW> cur;
+      load_chunk(c, cur);
+      apply_chunk(c, cur);
+    }
+  }
+  // Per row: (j0 + j1) of the even lane t, then + (j2 + j3) of its odd partner; then the K
+  // slices in warp order (qgemv_mma_gpl_kernel's sums).
+#pragma unroll
+  for (int q = 0; q < NP; ++q)
+#pragma unroll
+    for (int r2 = 0; r2 < 2; ++r2) {
+      const float own = acc[q][2 * r2] + acc[q][2 * r2 + 1];
+      const float other = gpu_shfl_xor(own, 1);
+      const float v = (t % 2 == 0) ? own + other : other + own;
+      red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane] = v;
+    }
+  __syncthreads();
+  if (kw == 0 && t % 2 == 0) {
+#pragma unroll
+    for (int q = 0; q < NP; ++q)
+#pragma unroll
+      for (int r2 = 0; r2 < 2; ++r2) {
+        float v = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+        for (int w = 1; w < mp.ks; ++w)
+          v += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
+        const int row = 2 * q + t / 2;
+        const std::int64_t n = n0 + g + 8 * r2;
+        if (row < mc && n <= n_last)
+          store_lin_to<T>(y, p, (m0 + row) * p.y_stride + n, n, v);
+      }
+  }
+}
+
 // Warps per column tile: the fewest that give kTargetWarps warps in all, keeping >= 2 groups per
 // warp. Depends on the matrix only (batch invariance). MLXCEL_GPU_QGEMV_MMA_KS = 1, 2, 4 or 8
 // forces one (a measuring knob).
@@ -718,6 +955,13 @@ bool prefetch_on() {
   return on;
 }
 
+// The lean kernel (qgemv_mma_lean_kernel: the same bits, fewer instructions) instead of
+// qgemv_mma_gpl_kernel; MLXCEL_GPU_QGEMV_LEAN=0 turns it off (a measuring knob).
+bool lean_on() {
+  static const bool on = env_int("MLXCEL_GPU_QGEMV_LEAN", 1) != 0;
+  return on;
+}
+
 }  // namespace
 
 template <typename T>
@@ -743,8 +987,25 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       const int np = p.experts || p.m <= 2 ? 1 : 2;
       const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
       const bool prefetch = prefetch_on();
+      const bool ns = p.w.scales_code == (std::is_same_v<T, bf16> ? 1 : 2);
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;
+        if (lean_on()) {
+          auto go = [&](auto nsc) {
+            constexpr bool NS = decltype(nsc)::value;
+            if (pair) {
+              mp.pair_blocks = col_blocks;
+              return launch_grid(qgemv_mma_lean_kernel<T, W, 1, true, NS>, mp, 2 * col_blocks,
+                                 row_blocks, s);
+            }
+            if (np == 2)
+              return launch_grid(qgemv_mma_lean_kernel<T, W, 2, false, NS>, mp, col_blocks,
+                                 row_blocks, s);
+            launch_grid(qgemv_mma_lean_kernel<T, W, 1, false, NS>, mp, col_blocks, row_blocks, s);
+          };
+          if (ns) return go(std::true_type{});
+          return go(std::false_type{});
+        }
         if (pair) {
           mp.pair_blocks = col_blocks;
           if (prefetch)
