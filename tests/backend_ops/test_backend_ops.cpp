@@ -919,13 +919,10 @@ TEST(BackendOps, MoeRoute) {
   }
 }
 
-// moe_route with its router (with_router, as ops::moe sends it): under MLXCEL_GPU_MOE_ROUTE=1 the
-// GPU runs the router's decode GEMV and the routing as one launch (its last block per row block
-// routes; with the switch off this checks the unfused path against itself). That must
-// give exactly the bits of linear then moe_route on the same device (logits, experts, weights),
-// with and without the fused input norm, for every token count (the fused form takes up to 64
-// rows, more take the two launches) and again on a repeat (its counters reset themselves).
-// Formats the fused kernel declines (affine 4-bit, dense) must still route correctly.
+// moe_route with its router (with_router, as ops::moe sends it): the backend runs the router's
+// linear, then the routing. That must give exactly the bits of linear then moe_route on the same
+// device (logits, experts, weights), with and without the fused input norm, for every token count
+// and again on a repeat, for quantized, affine 4-bit and dense routers.
 TEST(BackendOps, MoeRouteWithRouter) {
   DUT_OR_SKIP();
   (void)cpu;
@@ -1034,8 +1031,7 @@ TEST(BackendOps, MoeExperts) {
   // T = 1 and 7 unpadded: decode steps whose gate and up take the matrix-unit GEMV (as one
   // launch by default; 640 = 10 groups of 64, 192 columns = 12 tiles). Qwen3-30B-A3B's expert
   // shape (H 2048, I 768, top 8; 16 of its 128 experts) and Qwen1.5-MoE's (I 1408, top 4) at
-  // decode, 16-bit affine 4 only: the down projection with the gated activation and the
-  // combine in one launch under MLXCEL_GPU_MOE_FUSED_DOWN=1 (I = 128 above too).
+  // decode, 16-bit affine 4 only.
   const Case cases[] = {{1, 8, 256, 128, 0, false},    {7, 10, 640, 192, 0, false},
                         {1, 8, 256, 128, 4, false},    {33, 8, 256, 128, 4, false},
                         {80, 8, 256, 128, 4, false},   {300, 10, 576, 192, 0, true},

@@ -38,18 +38,6 @@ __device__ __forceinline__ void store(T* p, std::int64_t i, float v, int r) {
   p[i] = from_f32<T>(rnd(v, r));
 }
 
-// Element i of p as f32 where other blocks of the running kernel wrote it (after their fence):
-// a volatile load, past the SM's L1, which is not coherent with other SMs' stores.
-template <typename T>
-__device__ __forceinline__ float load_coherent(const T* p, std::int64_t i) {
-  if constexpr (sizeof(T) == 4) {
-    return reinterpret_cast<const volatile float*>(p)[i];
-  } else {
-    const std::uint16_t b = reinterpret_cast<const volatile std::uint16_t*>(p)[i];
-    return to_f32(T::from_bits(b));
-  }
-}
-
 // Scales / biases of affine weights: F32, BF16 or F16 (code 0, 1, 2).
 inline int float_code(DType t) { return t == DType::kBF16 ? 1 : t == DType::kF16 ? 2 : 0; }
 __device__ __forceinline__ float load_code(const void* p, int code, std::int64_t i) {

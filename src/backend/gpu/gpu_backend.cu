@@ -35,9 +35,6 @@ GpuBackend::GpuBackend(BackendKind kind, int device) : kind_(kind), device_(devi
   name_ = std::string(backend_name(kind)) + ":" + std::to_string(device) + " " + devs[device].name +
           " (" + devs[device].arch + ")";
   stream_ = std::make_unique<Stream>(device);
-  moe_counters_ = DeviceBuffer((kernels::kRouteCounters + kernels::kCombineCounters) * sizeof(int),
-                               device, "moe counters");
-  memset_device(moe_counters_.data(), 0, moe_counters_.bytes(), *stream_);
   const char* e = std::getenv("MLXCEL_GPU_SYNC_OPS");
   sync_ops_ = e && *e && std::string(e) != "0";
   if (const char* pr = std::getenv("MLXCEL_GPU_PROFILE"); pr && *pr && std::string(pr) != "0")
@@ -226,15 +223,11 @@ void GpuBackend::gated_activation(const backend::GatedActivationArgs& a) {
   run("gated_activation", [&] { kernels::gated_activation(a, *stream_); });
 }
 void GpuBackend::moe_route(const backend::MoeRouteArgs& a) {
-  run("moe_route", [&] {
-    kernels::moe_route(a, static_cast<int*>(moe_counters_.data()), *stream_);
-  });
+  run("moe_route", [&] { kernels::moe_route(a, *stream_); });
 }
 void GpuBackend::moe_experts(const backend::MoeExpertsArgs& a) {
   run("moe_experts", [&] {
-    kernels::moe_experts(a, scratch(kernels::moe_experts_scratch_bytes(a)),
-                         static_cast<int*>(moe_counters_.data()) + kernels::kRouteCounters,
-                         *stream_);
+    kernels::moe_experts(a, scratch(kernels::moe_experts_scratch_bytes(a)), *stream_);
   });
 }
 void GpuBackend::gather_rows(const backend::GatherRowsArgs& a) {

@@ -75,8 +75,6 @@ class GpuBackend final : public backend::Backend {
   bool disabled_[static_cast<int>(backend::Op::kCount)] = {};  // MLXCEL_GPU_DISABLE
   DeviceBuffer scratch_;
   DeviceBuffer attn_ws_;
-  // kernels::moe_route's, then moe_experts' (kCombineCounters): zero between launches
-  DeviceBuffer moe_counters_;
   std::unique_ptr<OpTimer> timer_;  // MLXCEL_GPU_PROFILE=1
   bool graphs_ = false;
   bool capturing_ = false;

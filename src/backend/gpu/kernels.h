@@ -28,18 +28,11 @@ struct AttentionWorkspace {
 };
 AttentionWorkspace attention_workspace(const backend::AttentionArgs& a);
 void attention(const backend::AttentionArgs& a, void* workspace, const Stream& s);  // attention.cu
-// counters: kRouteCounters ints of zeroed device memory that every launch leaves zero (the
-// router GEMV's last-block counts, see linear_route).
-constexpr int kRouteCounters = 64;
-void moe_route(const backend::MoeRouteArgs& a, int* counters, const Stream& s);  // moe.cu
+void moe_route(const backend::MoeRouteArgs& a, const Stream& s);                // moe.cu
 void sample(const backend::SampleArgs& a, const Stream& s);                     // sample.cu
-// Scratch: moe_experts_scratch_bytes(a) bytes of device memory. counters: kCombineCounters
-// ints of zeroed device memory that every launch leaves zero (the fused down projection's
-// last-block counts, see qgemv_mma_moe_down).
-constexpr int kCombineCounters = 16384;
+// Scratch: moe_experts_scratch_bytes(a) bytes of device memory.
 std::size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a);
-void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, int* counters,
-                 const Stream& s);  // moe.cu
+void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& s);  // moe.cu
 
 // Expert-indexed rows grouped by expert for the matrix-unit GEMM (moe.cu builds them on the
 // device from the router's choices). Tile i of the GEMM's grid takes the `rows` (<= 128) row
@@ -79,13 +72,6 @@ struct ExpertLinear {
   backend::Act pair_y;
 };
 void linear_experts(const ExpertLinear& a, const Stream& s);  // linear.cu
-// A MoE route with its router (a.with_router) as one launch: the router's SIMT decode GEMV,
-// whose last block per row block routes the rows (linear.cu). Returns false, launching nothing,
-// where that GEMV would not be linear's kernel for the router (affine 4-bit, dense, more than
-// 64 rows, unaligned, more row blocks than `max_row_blocks` counters), or with_router is unset.
-bool linear_route(const backend::MoeRouteArgs& a, int* counters, int max_row_blocks,
-                  const Stream& s);
-
 // Whether b can be ExpertLinear::pair of a: the same shape, format and expert strides (only the
 // data pointers differ).
 inline bool same_layout(const backend::Matrix& a, const backend::Matrix& b) {

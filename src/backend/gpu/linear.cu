@@ -21,7 +21,6 @@
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
 #include "backend/gpu/linear.cuh"
-#include "backend/gpu/moe_route.cuh"
 #include "backend/gpu/reduce.cuh"
 
 namespace mlxcel::gpu {
@@ -258,16 +257,6 @@ __device__ __forceinline__ void qgemv_unit(float (&acc)[R][kQCols], const QUnit<
   }
 }
 
-// The MoE routing of a router GEMV's rows (kernels::linear_route): the last column block of a
-// row block to finish (counters[row block], left zero for the next launch) routes its rows,
-// one warp per row (moe_route.cuh), from the logits every block has stored.
-struct RouteEpilogue {
-  int* counters = nullptr;
-  std::int32_t* experts = nullptr;  // [rows, top_k]
-  float* weights = nullptr;
-  int top_k = 0, norm = 0;
-};
-
 // Rows per qgemv block: 1 for one row and for expert-indexed rows (each may use another
 // matrix), else 4. A row's bits do not depend on it.
 __host__ __device__ constexpr int qgemv_block_rows(std::int64_t m, bool experts) {
@@ -279,16 +268,13 @@ struct QgemvParams {
   int ksplit;                   // warps per column group: 1, 2 or 4
   GroupIndex groups;            // affine formats
   std::int64_t col_block0 = 0;  // the first column block of this launch
-  RouteEpilogue route;          // Route kernels only
 };
 
 // grid (row blocks, column blocks); R rows per block (1 for decode at batch 1 and for
-// expert-indexed rows, which may each use another matrix). Route: a router's logits, then the
-// routing in each row block's last block (one launch of all column blocks; R * E floats of
-// dynamic shared memory).
-template <typename T, int F, int R, bool Route = false>
+// expert-indexed rows, which may each use another matrix).
+template <typename T, int F, int R>
 __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
-  if constexpr (!Route) wait_previous_kernel();
+  wait_previous_kernel();
   const LinParams& p = qp.p;
   __shared__ float red[kQWarps][R][kQCols];
   const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
@@ -318,19 +304,7 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
     }
   };
   const std::int64_t step = static_cast<std::int64_t>(ks) * MLXCEL_WARP_SIZE;
-  if constexpr (Route) {
-    // A router has few units per lane (one for 2,048 inputs): its weights, constant, are loaded
-    // before waiting for the kernel that writes x (programmatic dependent launch), so that
-    // round trip overlaps it. The same units in the same order as below: the same bits.
-    std::int64_t u = gw * MLXCEL_WARP_SIZE + lane;
-    QUnit<F> qu[kQCols];
-    if (u < units) load_units(qu, u);
-    wait_previous_kernel();
-    for (; u < units; u += step) {
-      qgemv_unit<T, F, R>(acc, qu, xr, mc, u);
-      if (u + step < units) load_units(qu, u + step);
-    }
-  } else {
+  {
     // Units in increasing order per lane (the reduction order), one at a time. Requesting the
     // next unit before decoding this one (run 15) took 120 registers instead of 96 and made the
     // 8B's gate_up slower (60 -> 72 us): occupancy hid the latency better than the pipeline.
@@ -359,27 +333,6 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
     float s = red[g * ks][r][c];
     for (int w = 1; w < ks; ++w) s += red[g * ks + w][r][c];
     store_lin<T>(p, (m0 + r) * p.y_stride + n, n, s);
-  }
-  if constexpr (Route) {
-    // Every block's logits are visible device-wide before its count; the last block reads them
-    // past L1 (moe_route.cuh's Coherent loads) after the count says all are there.
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-      last = atomicAdd(qp.route.counters + blockIdx.x, 1) == static_cast<int>(gridDim.y) - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    extern __shared__ float prob[];  // R x E
-    const RouteEpilogue& re = qp.route;
-    if (warp < mc) {
-      const std::int64_t row = m0 + warp;
-      route_token<T, true>(static_cast<const T*>(p.y) + row * p.y_stride, p.w.n, re.top_k,
-                           re.norm, re.experts + row * re.top_k, re.weights + row * re.top_k,
-                           p.round, prob + warp * p.w.n);
-    }
-    if (threadIdx.x == 0) re.counters[blockIdx.x] = 0;  // ready for the next launch
   }
 }
 
@@ -479,12 +432,10 @@ bool qgemv_aligned(const LinParams& p) {
   return x_ok && w_ok;
 }
 
-template <typename T, int F, int R, bool Route = false>
-void launch_qgemv(const LinParams& p, const Stream& s, const RouteEpilogue& route = {}) {
-  static_assert(!Route || R <= kQWarps, "one warp routes each row of a block");
+template <typename T, int F, int R>
+void launch_qgemv(const LinParams& p, const Stream& s) {
   QgemvParams qp;
   qp.p = p;
-  qp.route = route;
   const std::int64_t units = p.w.k / 32;
   qp.ksplit = qgemv_ksplit(units);
   if (fmt_affine(F)) {
@@ -500,18 +451,10 @@ void launch_qgemv(const LinParams& p, const Stream& s, const RouteEpilogue& rout
   // more).
   constexpr std::int64_t kMaxGridY = 65535;
   const std::int64_t col_blocks = blocks_for(p.w.n, cols_per_block);
-  if constexpr (Route) {  // one launch: its last block per row block sees every column block
-    MLXCEL_CHECK(col_blocks <= kMaxGridY, ErrorCategory::kInternal, "gpu router: too many columns");
-    const dim3 grid(blocks_for(p.m, R), static_cast<unsigned>(col_blocks));
-    launch_kernel(qgemv_kernel<T, F, R, true>, grid, kQThreads,
-                  static_cast<std::size_t>(R * p.w.n) * sizeof(float), s, qp);
-  } else {
-    for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
-      qp.col_block0 = c0;
-      const dim3 grid(blocks_for(p.m, R),
-                      static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
-      launch_kernel(qgemv_kernel<T, F, R>, grid, kQThreads, 0, s, qp);
-    }
+  for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
+    qp.col_block0 = c0;
+    const dim3 grid(blocks_for(p.m, R), static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
+    launch_kernel(qgemv_kernel<T, F, R>, grid, kQThreads, 0, s, qp);
   }
 }
 
@@ -653,57 +596,6 @@ kernels::ExpertLinear expert_linear_of(const backend::LinearArgs& a) {
   return e;
 }
 
-// The fused input (the norm: qgemv_mma_norm; the gated activation: qgemv_mma_gated) and the
-// product as one launch where launch would give the product to qgemv_mma: affine 4-bit, a plain
-// (not paired, not grouped) GEMV of few rows, aligned.
-template <typename T>
-bool fused_input_gemv(int fmt, const LinParams& p, bool gemm, const kernels::ExpertLinear& a,
-                      const Stream& s) {
-  if (fmt != kAffine4 || gemm || p.experts || p.pair_y || p.tiles.order || !qgemv_enabled() ||
-      p.m > kQgemvMaxRows || !qgemv_aligned<T, kAffine4>(p))
-    return false;
-  if (a.norm_weight) {
-    NormIn n;
-    n.src = a.norm_src.data;
-    n.stride = a.norm_src.stride;
-    n.w = a.norm_weight;
-    n.eps = a.norm_eps;
-    return qgemv_mma_norm<T>(p, n, s);
-  }
-  GatedIn g;
-  g.g = a.gated_src.data;
-  g.u = static_cast<const T*>(a.gated_src.data) + a.w.k;
-  g.g_stride = g.u_stride = a.gated_src.stride;
-  g.act = static_cast<int>(a.gated_act);
-  return qgemv_mma_gated<T>(p, g, s);
-}
-
-// The router GEMV with the routing in its last blocks, for the formats and shapes where linear
-// would run the SIMT qgemv (so the logits have its bits): quantized, not affine 4-bit (the
-// matrix-unit GEMV's on CUDA), up to kQgemvMaxRows rows, aligned. False: nothing launched.
-constexpr std::size_t kRouteSmemMax = 32 * 1024;  // the R x E probabilities
-// `before` runs just before the launch (the fused input norm), never when declining.
-template <typename T, int F = 0, typename Before>
-bool launch_route(int fmt, const LinParams& p, const RouteEpilogue& re, const Stream& s,
-                  const Before& before) {
-  if constexpr (F < kWFmtCount) {
-    if (fmt != F) return launch_route<T, F + 1>(fmt, p, re, s, before);
-    if constexpr (fmt_dense(F) || F == kAffine4) {
-      return false;
-    } else {
-      if (!qgemv_aligned<T, F>(p)) return false;
-      const int R = qgemv_block_rows(p.m, false);
-      if (static_cast<std::size_t>(R * p.w.n) * sizeof(float) > kRouteSmemMax) return false;
-      before();
-      if (R == 1)
-        launch_qgemv<T, F, 1, true>(p, s, re);
-      else
-        launch_qgemv<T, F, 4, true>(p, s, re);
-      return true;
-    }
-  }
-  return false;
-}
 }  // namespace
 
 void linear_experts(const ExpertLinear& a, const Stream& s) {
@@ -716,68 +608,19 @@ void linear_experts(const ExpertLinear& a, const Stream& s) {
   const bool gemm = !a.experts && rows > kGemvRows;
   dispatch_act(a.x.dtype, "linear", [&](auto tag) {
     using T = decltype(tag);
-    // The fused input (norm or gated activation): in the decode GEMV's prologue where the
-    // matrix-unit GEMV takes the product at 1-2 rows (fused_input_gemv), else its own kernel
-    // before the product.
-    if (!(a.norm_weight || a.gated_in) || !fused_input_gemv<T>(fmt, p, gemm, a, s)) {
-      if (a.norm_weight) rms_norm({a.norm_src, a.norm_weight, a.norm_eps, a.x, a.round, 1}, s);
-      if (a.gated_in)
-        gated_activation({a.gated_act, a.gated_src.sub(0, m.k), a.gated_src.sub(m.k, m.k), a.x,
-                          a.round}, s);
-      launch_fmt<T>(fmt, p, gemm, s);
-    }
+    // The fused input (norm or gated activation): its own kernel before the product (run 34
+    // measured it inside the decode GEMV's prologue slower: dev/NOTES.md, session 20).
+    if (a.norm_weight) rms_norm({a.norm_src, a.norm_weight, a.norm_eps, a.x, a.round, 1}, s);
+    if (a.gated_in)
+      gated_activation({a.gated_act, a.gated_src.sub(0, m.k), a.gated_src.sub(m.k, m.k), a.x,
+                        a.round}, s);
+    launch_fmt<T>(fmt, p, gemm, s);
   });
   check_launch("linear", s.device());
 }
 
 void linear(const backend::LinearArgs& a, const Stream& s) {
   linear_experts(expert_linear_of(a), s);
-}
-
-bool linear_moe_down(const ExpertLinear& a, const GatedIn& gi, const CombineOut& co,
-                     const Stream& s) {
-  if (!a.experts || a.tiles.order || a.y.rows <= 0 || a.w.n == 0 || a.x_div != 1 || a.accumulate ||
-      a.bias || a.pair || a.norm_weight || a.gated_in || !qgemv_enabled())
-    return false;
-  int fmt = -1;
-  const LinParams p = lin_params(a, fmt);
-  if (fmt != kAffine4) return false;
-  bool launched = false;
-  dispatch_act(a.x.dtype, "moe_experts (down)", [&](auto tag) {
-    using T = decltype(tag);
-    launched = qgemv_aligned<T, kAffine4>(p) && qgemv_mma_moe_down<T>(p, gi, co, s);
-  });
-  if (launched) check_launch("moe_experts (fused down)", s.device());
-  return launched;
-}
-
-bool linear_route(const backend::MoeRouteArgs& a, int* counters, int max_row_blocks,
-                  const Stream& s) {
-  const backend::LinearArgs& l = a.router;
-  const std::int64_t rows = l.y.rows;
-  if (!a.with_router || !qgemv_enabled() || rows < 1 || rows > kQgemvMaxRows ||
-      static_cast<int>(blocks_for(rows, qgemv_block_rows(rows, false))) > max_row_blocks ||
-      l.accumulate || l.gated_in || l.w.mode == backend::QMode::kNone || l.y.data != a.gates.data ||
-      l.y.stride != a.gates.stride || l.y.dtype != a.gates.dtype || l.y.cols != a.gates.cols)
-    return false;
-  const ExpertLinear e = expert_linear_of(l);
-  int fmt = -1;
-  const LinParams p = lin_params(e, fmt);
-  RouteEpilogue re;
-  re.counters = counters;
-  re.experts = a.experts;
-  re.weights = a.weights;
-  re.top_k = a.top_k;
-  re.norm = a.norm_topk_prob ? 1 : 0;
-  bool launched = false;
-  dispatch_act(l.x.dtype, "moe_route", [&](auto tag) {
-    using T = decltype(tag);
-    launched = launch_route<T>(fmt, p, re, s, [&] {
-      if (e.norm_weight) rms_norm({e.norm_src, e.norm_weight, e.norm_eps, e.x, e.round, 1}, s);
-    });
-  });
-  if (launched) check_launch("moe_route (router)", s.device());
-  return launched;
 }
 
 }  // namespace kernels

@@ -9,13 +9,69 @@
 #include "backend/gpu/common.cuh"
 #include "backend/gpu/kernels.h"
 #include "backend/gpu/linear.cuh"
-#include "backend/gpu/moe_route.cuh"
 #include "backend/gpu/reduce.cuh"
 
 namespace mlxcel::gpu {
 namespace {
 
-// One warp per token (moe_route.cuh); the probabilities live in shared memory (E floats).
+// mlx-lm's SwitchGLU routing of one token by one warp: softmax over the E router logits in
+// fp32, rounded; the top k in descending probability, ties to the larger expert index
+// (mx.argpartition's (value, index) ordering keeps the last k); optional renormalization by
+// their rounded sum. Deterministic and independent of the batch. prob (E floats of shared
+// memory) is touched only by its owner lane: lane l holds the experts l, l + warp, ...,
+// computes their probabilities and marks a chosen one taken, so the warp needs no barrier.
+template <typename T>
+__device__ __forceinline__ void route_token(const T* in, std::int64_t E, int K, int norm,
+                                            std::int32_t* experts, float* weights, int round,
+                                            float* prob) {
+  const int lane = threadIdx.x % MLXCEL_WARP_SIZE;
+  float mx = -INFINITY;
+  for (std::int64_t e = lane; e < E; e += MLXCEL_WARP_SIZE)
+    mx = fmaxf(mx, to_f32(in[e]));
+  mx = warp_max(mx);
+  float z = 0.0f;
+  for (std::int64_t e = lane; e < E; e += MLXCEL_WARP_SIZE) {
+    const float v = expf(to_f32(in[e]) - mx);
+    prob[e] = v;
+    z += v;
+  }
+  z = warp_sum(z);
+  const float inv = 1.0f / z;
+  for (std::int64_t e = lane; e < E; e += MLXCEL_WARP_SIZE) prob[e] = rnd(prob[e] * inv, round);
+  float sum = 0.0f;
+  for (int j = 0; j < K; ++j) {
+    float best = -1.0f;
+    int bi = -1;
+    for (std::int64_t e = lane; e < E; e += MLXCEL_WARP_SIZE) {
+      const float v = prob[e];
+      if (v > best || (v == best && e > bi)) {
+        best = v;
+        bi = static_cast<int>(e);
+      }
+    }
+#pragma unroll
+    for (int off = MLXCEL_WARP_SIZE / 2; off > 0; off >>= 1) {
+      const float ov = gpu_shfl_xor(best, off);
+      const int oi = gpu_shfl_xor(bi, off);
+      if (ov > best || (ov == best && oi > bi)) {
+        best = ov;
+        bi = oi;
+      }
+    }
+    if (lane == 0) {
+      experts[j] = bi;
+      weights[j] = best;
+    }
+    if (bi % MLXCEL_WARP_SIZE == lane) prob[bi] = -2.0f;  // taken (probabilities are >= 0)
+    sum += best;
+  }
+  if (norm && lane == 0) {
+    const float sr = rnd(sum, round);
+    for (int j = 0; j < K; ++j) weights[j] = rnd(weights[j] / sr, round);
+  }
+}
+
+// One warp per token (route_token); the probabilities live in shared memory (E floats).
 template <typename T>
 __global__ void moe_route_kernel(const T* gates, std::int64_t stride, std::int64_t E, int K,
                                  int norm, std::int32_t* experts, float* weights, int round) {
@@ -135,15 +191,6 @@ bool pair_gate_up(const backend::MoeExpertsArgs& a) {
   return on && kernels::same_layout(a.gate, a.up);
 }
 
-// Whether a decode step's router GEMV routes its tokens in its last blocks (linear_route) instead
-// of leaving that to moe_route_kernel, one launch less per MoE layer (the same bits either way).
-// Off: run 34 (H100) measured 30B tg128 303.6 against 305.7 for the two launches (dev/NOTES.md):
-// MLXCEL_GPU_MOE_ROUTE=1 turns it on.
-bool fuse_router() {
-  static const bool on = env_int("MLXCEL_GPU_MOE_ROUTE", 0) != 0;
-  return on;
-}
-
 // Scratch after the three activation buffers: order (R ints), the tiles, the tile count. At
 // most R / 128 full tiles plus one partial tile per expert that has rows.
 struct GroupLayout {
@@ -165,7 +212,7 @@ GroupLayout group_layout(std::size_t start, std::int64_t R, std::int64_t E) {
 
 namespace kernels {
 
-void moe_route(const backend::MoeRouteArgs& a, int* counters, const Stream& s) {
+void moe_route(const backend::MoeRouteArgs& a, const Stream& s) {
   const std::int64_t T = a.gates.rows, E = a.gates.cols;
   if (T == 0) return;
   MLXCEL_CHECK(a.top_k > 0 && a.top_k <= E && E <= 8192, ErrorCategory::kInternal,
@@ -173,10 +220,7 @@ void moe_route(const backend::MoeRouteArgs& a, int* counters, const Stream& s) {
   MLXCEL_CHECK(!a.with_router || (a.router.y.data == a.gates.data && a.router.y.rows == T &&
                                   a.router.w.n == E),
                ErrorCategory::kInternal, "gpu moe_route: the router's output is not the gates");
-  if (a.with_router) {
-    if (fuse_router() && linear_route(a, counters, kRouteCounters, s)) return;
-    linear(a.router, s);
-  }
+  if (a.with_router) linear(a.router, s);
   dispatch_act(a.gates.dtype, "moe_route", [&](auto tag) {
     using A = decltype(tag);
     launch_kernel(moe_route_kernel<A>, static_cast<unsigned>(T), MLXCEL_WARP_SIZE,
@@ -197,8 +241,7 @@ std::size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) {
   return group_layout(acts, static_cast<std::int64_t>(rows), a.num_experts).end;
 }
 
-void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, int* counters,
-                 const Stream& s) {
+void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, const Stream& s) {
   const std::int64_t T = a.x.rows, H = a.x.cols, I = a.gate.n, K = a.top_k, R = T * K;
   if (T == 0) return;
   MLXCEL_CHECK(a.down.n == H && a.down.k == I && a.up.n == I && a.x.dtype == a.out.dtype,
@@ -242,20 +285,6 @@ void moe_experts(const backend::MoeExpertsArgs& a, void* scratch, int* counters,
   l.x_div = 1;
   l.w = a.down;
   l.y = ys;
-  if (!l.tiles.order) {  // decode: the activation, down and combine as one launch where it can
-    GatedIn gi;
-    gi.g = ga.data, gi.u = ub.data, gi.g_stride = ga.stride, gi.u_stride = ub.stride;
-    gi.act = static_cast<int>(a.act);
-    CombineOut co;
-    co.counters = counters;
-    co.max_counters = kCombineCounters;
-    co.w = a.weights;
-    co.out = a.out.data;
-    co.out_stride = a.out.stride;
-    co.top_k = static_cast<int>(K);
-    co.accumulate = a.accumulate;
-    if (linear_moe_down(l, gi, co, s)) return;
-  }
   gated_activation({a.act, ga, ub, ga, a.round}, s);
   linear_experts(l, s);
   dispatch_act(a.out.dtype, "moe_experts", [&](auto tag) {

@@ -54,9 +54,6 @@ struct MmaParams {
   std::int64_t groups = 0;      // groups per row: k / group_size
   std::int64_t col_block0 = 0;  // the first column block of this launch
   std::int64_t pair_blocks = 0;  // Pair: column blocks of the first matrix (p.pair_*: the second)
-  NormIn norm;  // NU > 0: the input norm's source rows and weight (p.x: where x goes)
-  GatedIn gi;      // GX: the gate and up rows x is computed from
-  CombineOut co;   // CO: the combine
 };
 
 // The bf16 / f16 pair (off, off) and its offset: OR-ing a 4-bit code into each half's low
@@ -260,173 +257,13 @@ struct ChunkLoad {
   std::uint32_t sw[8];           // s_a, b_a, s_b, b_b pairs as f32 bits (PF, 16-bit: 4 words)
 };
 
-// --- The fused input norm (NU > 0) ----------------------------------------------------------
-// x = rms_norm(src) * w for the block's 1-2 rows, into shared memory (xs, row r at r * K), with
-// rms_norm_act_kernel's arithmetic (rms_norm.cu) step for step, so x has its bits:
-//  - its block is B = 256 threads up to 2,048 columns, else 1,024, and thread v's sum of squares
-//    is the fmaf chain over columns v, v + B, v + 2B, ... in order (its zero-padded held
-//    elements add +0, which changes nothing);
-//  - block_sum<B>: warp_sum over each 32 consecutive threads, then the warps' sums added in warp
-//    order from 0;
-//  - inv = 1 / sqrt(ss / K + eps); x = round(round(v * inv) * w).
-// Here 256 threads play the B: warp w and lane l are virtual threads 32 (w + 8 i) + l, so each
-// virtual warp's butterfly runs over the same 32 values in the same lanes. A thread holds the
-// 8-column units tid + 256 i (i < NU) of src and w; w is loaded before the PDL wait (constant).
-template <int NU>
-struct NormW {
-  float4 w[NU][2];
-};
-
-template <int NU>
-__device__ __forceinline__ void load_norm_w(const MmaParams& mp, NormW<NU>& nw) {
-  const int units = static_cast<int>(mp.p.w.k / 8);
-#pragma unroll
-  for (int i = 0; i < NU; ++i) {
-    const int u = static_cast<int>(threadIdx.x) + i * kThreads;
-    const int uc = u < units ? u : units - 1;  // clamped: not used past the row
-    nw.w[i][0] = reinterpret_cast<const float4*>(mp.norm.w)[2 * uc];
-    nw.w[i][1] = reinterpret_cast<const float4*>(mp.norm.w)[2 * uc + 1];
-  }
-}
-
-template <typename T, int NU>
-__device__ __forceinline__ void norm_rows(const MmaParams& mp, const NormW<NU>& nw,
-                                          std::int64_t m0, int mc, T* xs, bool write_x) {
-  __shared__ float part[32];  // the virtual warps' sums (B / 32 <= 32)
-  const LinParams& p = mp.p;
-  const std::int64_t K = p.w.k;
-  const int units = static_cast<int>(K / 8);
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / MLXCEL_WARP_SIZE, lane = tid % MLXCEL_WARP_SIZE;
-  const int B = K <= 2048 ? 256 : 1024;  // rms_norm.cu's with_block
-  for (int r = 0; r < mc; ++r) {
-    const T* src = static_cast<const T*>(mp.norm.src) + (m0 + r) * mp.norm.stride;
-    T* xr = xs + r * K;
-    uint4 hv[NU];
-#pragma unroll
-    for (int i = 0; i < NU; ++i) {
-      const int u = tid + i * kThreads;
-      if (u < units) {
-        hv[i] = reinterpret_cast<const uint4*>(src)[u];
-        reinterpret_cast<uint4*>(xr)[u] = hv[i];
-      }
-    }
-    __syncthreads();
-    for (int vw = warp; vw < B / MLXCEL_WARP_SIZE; vw += kWarps) {
-      float ss = 0.0f;
-      for (std::int64_t c = vw * MLXCEL_WARP_SIZE + lane; c < K; c += B) {
-        const float e = to_f32(xr[c]);
-        ss = fmaf(e, e, ss);
-      }
-      ss = warp_sum(ss);
-      if (lane == 0) part[vw] = ss;
-    }
-    __syncthreads();
-    float total = 0.0f;
-    for (int i = 0; i < B / MLXCEL_WARP_SIZE; ++i) total += part[i];
-    const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + mp.norm.eps);
-#pragma unroll
-    for (int i = 0; i < NU; ++i) {
-      const int u = tid + i * kThreads;
-      if (u < units) {
-        const T* hs = reinterpret_cast<const T*>(&hv[i]);
-        const float wf[8] = {nw.w[i][0].x, nw.w[i][0].y, nw.w[i][0].z, nw.w[i][0].w,
-                             nw.w[i][1].x, nw.w[i][1].y, nw.w[i][1].z, nw.w[i][1].w};
-        uint4 out;
-        T* os = reinterpret_cast<T*>(&out);
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          os[j] = from_f32<T>(rnd(rnd(to_f32(hs[j]) * inv, p.round) * wf[j], p.round));
-        reinterpret_cast<uint4*>(xr)[u] = out;
-        if (write_x)
-          reinterpret_cast<uint4*>(static_cast<T*>(const_cast<void*>(p.x)) +
-                                   (m0 + r) * p.x_stride)[u] = out;
-      }
-    }
-    __syncthreads();  // x complete; part[] free for the next row
-  }
-}
-
-// --- The gated input (GX) and the MoE combine (CO) ------------------------------------------
-// x = gated_value(act, g, u) of the block's 1-2 rows into shared memory (xs, row r at r * K):
-// gated_kernel's element, so the product's input has the unfused launch's bits. write_x: also
-// into p.x (one block of a dense launch; the MoE's x is the gate buffer other blocks read).
-template <typename T>
-__device__ __forceinline__ void gated_rows(const MmaParams& mp, std::int64_t m0, int mc, T* xs,
-                                           bool write_x) {
-  const LinParams& p = mp.p;
-  const int units = static_cast<int>(p.w.k / 8);
-  for (int r = 0; r < mc; ++r) {
-    const uint4* g = reinterpret_cast<const uint4*>(static_cast<const T*>(mp.gi.g) +
-                                                    (m0 + r) * mp.gi.g_stride);
-    const uint4* u = reinterpret_cast<const uint4*>(static_cast<const T*>(mp.gi.u) +
-                                                    (m0 + r) * mp.gi.u_stride);
-    uint4* xr = reinterpret_cast<uint4*>(xs + r * p.w.k);
-    uint4* xg = reinterpret_cast<uint4*>(static_cast<T*>(const_cast<void*>(p.x)) +
-                                         (m0 + r) * p.x_stride);
-    for (int v = static_cast<int>(threadIdx.x); v < units; v += kThreads) {
-      const uint4 gv = g[v], uv = u[v];
-      const T* gs = reinterpret_cast<const T*>(&gv);
-      const T* us = reinterpret_cast<const T*>(&uv);
-      uint4 out;
-      T* os = reinterpret_cast<T*>(&out);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) os[j] = gated_value<T>(mp.gi.act, gs[j], us[j], p.round);
-      xr[v] = out;
-      if (write_x) xg[v] = out;
-    }
-  }
-  __syncthreads();
-}
-
-// After the block stored its row m0's columns of column block cb into ys: the last of the
-// token's top_k blocks of cb (the count before its atomic add is top_k - 1; it resets the
-// count) sums those columns over the token's rows in j order, moe_combine_kernel's arithmetic:
-// out = round(sum_j round(ys * w)), accumulating round(out + round(sum)).
-template <typename T>
-__device__ __forceinline__ void combine_tail(const MmaParams& mp, std::int64_t m0,
-                                             std::int64_t cb, const T* ys) {
-  __shared__ int last;
-  const CombineOut& co = mp.co;
-  const LinParams& p = mp.p;
-  const std::int64_t tok = m0 / co.top_k;
-  __threadfence();  // this block's ys stores, before its count
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* c = co.counters + tok * co.col_blocks + cb;
-    last = atomicAdd(c, 1) == co.top_k - 1;
-    if (last) *c = 0;
-    __threadfence();
-  }
-  __syncthreads();
-  if (!last) return;
-  const std::int64_t cols = (kWarps / mp.ks) * kTileCols, c0 = cb * cols;
-  T* out = static_cast<T*>(co.out);
-  for (std::int64_t i = threadIdx.x; i < cols && c0 + i < p.w.n; i += kThreads) {
-    const std::int64_t n = c0 + i;
-    float acc = 0.0f;
-    for (int j = 0; j < co.top_k; ++j) {
-      const std::int64_t r = tok * co.top_k + j;
-      acc += rnd(load_coherent(ys, r * p.y_stride + n) * co.w[r], p.round);
-    }
-    const std::int64_t o = tok * co.out_stride + n;
-    store(out, o, co.accumulate ? to_f32(out[o]) + rnd(acc, p.round) : acc, p.round);
-  }
-}
-
 // PF: chunk c + 1 loaded into registers while chunk c is computed (one column set: see
 // qgemv_mma's launch). Only the load timing differs, so the bits are the same.
 // Pair (expert rows, one column set): column blocks from mp.pair_blocks on are the second
 // matrix's (p.pair_*), the same columns of the same rows, so a MoE step's gate and up products
 // are one launch (their fixed costs paid once). Each output's arithmetic is that of the
 // unpaired launch: same matrix shape, same K split.
-// NU > 0 (one column set, 1-2 rows): the input norm first (norm_rows: x into dynamic shared
-// memory, which the loop reads instead of p.x), NU 8-column units of a row per thread.
-// GX (one column set, 1-2 rows or expert rows): x is the gated activation of mp.gi's rows
-// (gated_rows, into dynamic shared memory). CO (expert rows, with GX: moe.cu's fused down
-// projection): the combine follows the stores (combine_tail).
-template <typename T, int WPL, int NP, bool PF, bool Pair = false, int NU = 0, bool GX = false,
-          bool CO = false>
+template <typename T, int WPL, int NP, bool PF, bool Pair = false>
 __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
@@ -475,22 +312,6 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
     gives[q] = t == g % 4 && r < mc;
     xrow[q] = static_cast<const T*>(p.x) + ((m0 + (gives[q] ? r : 0)) / p.x_div) * p.x_stride;
   }
-  [[maybe_unused]] T* xs = nullptr;
-  [[maybe_unused]] NormW<(NU > 0 ? NU : 1)> nw;
-  if constexpr (NU > 0 || GX) {
-    extern __shared__ uint4 x_smem[];
-    xs = reinterpret_cast<T*>(x_smem);
-#pragma unroll
-    for (int q = 0; q < NP; ++q) xrow[q] = xs + (gives[q] ? 2 * q + g / 4 : 0) * p.w.k;
-  }
-  if constexpr (NU > 0) load_norm_w<NU>(mp, nw);
-  // After the wait: the fused norm, when there is one.
-  auto after_wait = [&] {
-    if constexpr (NU > 0)
-      norm_rows<T, NU>(mp, nw, m0, mc, xs, blockIdx.y == 0 && mp.col_block0 == 0);
-    if constexpr (GX)
-      gated_rows<T>(mp, m0, mc, xs, !CO && blockIdx.y == 0 && mp.col_block0 == 0);
-  };
   const int code = p.w.scales_code;
   // This lane's D columns 2t, 2t + 1: group offsets 2 (t % 2) and 2 (t % 2) + 1.
   const int j0 = 2 * (t % 2);
@@ -605,7 +426,6 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
     if (c_begin < c_end) load_chunk(c_begin, cur);
     if (!p.experts) gpu_grid_wait();
     gpu_grid_release();
-    after_wait();
     for (std::int64_t c = c_begin; c < c_end; ++c) {
       ChunkLoad<GW> next;
       load_chunk(c + 1 < c_end ? c + 1 : c, next);
@@ -615,7 +435,6 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   } else {
     if (!p.experts) gpu_grid_wait();
     gpu_grid_release();
-    after_wait();
     for (std::int64_t c = c_begin; c < c_end; ++c) {
       ChunkLoad<GW> cur;
       load_chunk(c, cur);
@@ -647,7 +466,6 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
           store_lin_to<T>(y, p, (m0 + row) * p.y_stride + n, n, v);
       }
   }
-  if constexpr (CO) combine_tail<T>(mp, m0, cb, y);
 }
 
 // --- The lean form of the one-group-per-lane kernel (MLXCEL_GPU_QGEMV_LEAN, default on) -----
@@ -693,8 +511,23 @@ __device__ __forceinline__ float scale_at(std::uint32_t lo, std::uint32_t hi, in
 #else
 #define MLXCEL_LEAN_BOUNDS __launch_bounds__(kThreads)
 #endif
-template <typename T, int WPL, int NP, bool Pair, bool NS>
+// XS (one column set; MLXCEL_GPU_QGEMV_LEAN=2): after the wait the block copies its x rows into
+// dynamic shared memory (xs_bytes), each 8-value unit with its pairs already in the mma's B
+// order, groups GW + 1 units apart (fewer bank conflicts), and a zero group last for the lanes
+// and groups that give no x. The loop then reads one unit per word with no PRMT, predicate or
+// zeroing (48 instructions fewer per chunk); the same values, so the same bits.
+template <int WPL>
+__host__ __device__ constexpr int xs_group_units() {
+  return 4 * WPL + 1;
+}
+std::size_t xs_bytes(int wpl, std::int64_t rows, std::int64_t groups) {
+  return static_cast<std::size_t>(rows * groups + 1) * (4 * wpl + 1) * sizeof(uint4);
+}
+constexpr std::size_t kXsMaxBytes = 48 * 1024;  // without opting in to more
+
+template <typename T, int WPL, int NP, bool Pair, bool NS, bool XS = false>
 __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
+  static_assert(!XS || NP == 1, "x staging serves the one-set form");
   constexpr bool PF = NP == 1;  // one column set: the next chunk loads during this one
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
@@ -752,6 +585,29 @@ __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
                                              ((m0 + (gives[q] ? r : 0)) / p.x_div) * p.x_stride);
   }
   const std::uint32_t magic = Magic<T>::kPair;
+  constexpr int GS = xs_group_units<WPL>();
+  [[maybe_unused]] uint4* xs = nullptr;
+  if constexpr (XS) {
+    extern __shared__ uint4 xs_smem[];
+    xs = xs_smem;
+  }
+  // XS: the block's x rows into xs (after the wait: x is the previous kernel's output).
+  auto stage_x = [&] {
+    if constexpr (XS) {
+      const int units = G * GW;  // per row
+      for (int i = threadIdx.x; i < mc * units; i += kThreads) {
+        const int r = i / units, u = i % units;
+        const uint4 v = reinterpret_cast<const uint4*>(
+            static_cast<const T*>(p.x) + ((m0 + r) / p.x_div) * p.x_stride)[u];
+        uint4 o;
+        o.x = __byte_perm(v.x, v.z, 0x5410u), o.y = __byte_perm(v.x, v.z, 0x7632u);
+        o.z = __byte_perm(v.y, v.w, 0x5410u), o.w = __byte_perm(v.y, v.w, 0x7632u);
+        xs[(r * G + u / GW) * GS + u % GW] = o;
+      }
+      if (threadIdx.x < GW) xs[mc * G * GS + threadIdx.x] = make_uint4(0, 0, 0, 0);
+      __syncthreads();
+    }
+  };
   const int j0 = 2 * (t % 2);  // this lane's D columns 2t, 2t + 1: group offsets j0, j0 + 1
   const int chunks = (G + 3) / 4;
   const int c_begin = chunks * kw / mp.ks, c_end = chunks * (kw + 1) / mp.ks;
@@ -803,12 +659,19 @@ __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
     for (int q = 0; q < NP; ++q)
 #pragma unroll
       for (int i = 0; i < 4; ++i) d[q][i] = e[q][i] = 0.0f;
+    [[maybe_unused]] const uint4* xg = nullptr;  // XS: this lane's group of x, or the zeros
+    if constexpr (XS)
+      xg = xs + (gives[0] && valid ? ((g / 4) * G + grp) * GS : mc * G * GS);
 #pragma unroll
     for (int w = 0; w < GW; ++w) {
       uint4 xv[NP];
 #pragma unroll
-      for (int q = 0; q < NP; ++q)
-        xv[q] = gives[q] && valid ? xrow[q][grp * GW + w] : make_uint4(0, 0, 0, 0);
+      for (int q = 0; q < NP; ++q) {
+        if constexpr (XS)
+          xv[q] = xg[w];
+        else
+          xv[q] = gives[q] && valid ? xrow[q][grp * GW + w] : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const std::uint32_t a[4] = {code_pair_lop3(l.ra[w], 2 * h, magic),
@@ -817,8 +680,13 @@ __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
                                     code_pair_lop3(l.rb[w], 2 * h + 1, magic)};
 #pragma unroll
         for (int q = 0; q < NP; ++q) {
-          const std::uint32_t lo = h ? xv[q].y : xv[q].x, hi = h ? xv[q].w : xv[q].z;
-          const std::uint32_t b0 = __byte_perm(lo, hi, 0x5410u), b1 = __byte_perm(lo, hi, 0x7632u);
+          std::uint32_t b0, b1;
+          if constexpr (XS) {
+            b0 = h ? xv[q].z : xv[q].x, b1 = h ? xv[q].w : xv[q].y;
+          } else {
+            const std::uint32_t lo = h ? xv[q].y : xv[q].x, hi = h ? xv[q].w : xv[q].z;
+            b0 = __byte_perm(lo, hi, 0x5410u), b1 = __byte_perm(lo, hi, 0x7632u);
+          }
           mma<T>(d[q], a, b0, b1);
           mma<T>(e[q], ones, b0, b1);
         }
@@ -842,6 +710,7 @@ __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
     if (c_begin < c_end) load_chunk(c_begin, l0);
     if (!p.experts) gpu_grid_wait();
     gpu_grid_release();
+    stage_x();
     int c = c_begin;
     for (; c + 1 < c_end; c += 2) {
       load_chunk(c + 1, l1);
@@ -956,10 +825,11 @@ bool prefetch_on() {
 }
 
 // The lean kernel (qgemv_mma_lean_kernel: the same bits, fewer instructions) instead of
-// qgemv_mma_gpl_kernel; MLXCEL_GPU_QGEMV_LEAN=0 turns it off (a measuring knob).
-bool lean_on() {
-  static const bool on = env_int("MLXCEL_GPU_QGEMV_LEAN", 1) != 0;
-  return on;
+// qgemv_mma_gpl_kernel; MLXCEL_GPU_QGEMV_LEAN=0 turns it off, 2 stages x in shared memory
+// (measuring knobs).
+int lean_mode() {
+  static const int mode = env_int("MLXCEL_GPU_QGEMV_LEAN", 1);
+  return mode;
 }
 
 }  // namespace
@@ -990,17 +860,27 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       const bool ns = p.w.scales_code == (std::is_same_v<T, bf16> ? 1 : 2);
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;
-        if (lean_on()) {
+        if (lean_mode() != 0) {
+          // x staged in shared memory (lean 2): one column set, within kXsMaxBytes.
+          const std::size_t xsb = xs_bytes(W, p.experts ? 1 : std::min<std::int64_t>(p.m, 2),
+                                           mp.groups);
+          const bool xs = lean_mode() == 2 && np == 1 && xsb <= kXsMaxBytes;
           auto go = [&](auto nsc) {
             constexpr bool NS = decltype(nsc)::value;
             if (pair) {
               mp.pair_blocks = col_blocks;
+              if (xs)
+                return launch_grid(qgemv_mma_lean_kernel<T, W, 1, true, NS, true>, mp,
+                                   2 * col_blocks, row_blocks, s, xsb);
               return launch_grid(qgemv_mma_lean_kernel<T, W, 1, true, NS>, mp, 2 * col_blocks,
                                  row_blocks, s);
             }
             if (np == 2)
               return launch_grid(qgemv_mma_lean_kernel<T, W, 2, false, NS>, mp, col_blocks,
                                  row_blocks, s);
+            if (xs)
+              return launch_grid(qgemv_mma_lean_kernel<T, W, 1, false, NS, true>, mp, col_blocks,
+                                 row_blocks, s, xsb);
             launch_grid(qgemv_mma_lean_kernel<T, W, 1, false, NS>, mp, col_blocks, row_blocks, s);
           };
           if (ns) return go(std::true_type{});
@@ -1037,125 +917,10 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
   }
 }
 
-// The fused-input forms below: x rows in dynamic shared memory (at most kFusedSmemMax bytes),
-// operands 16-byte aligned, and one launch of the one-column-set kernel with the input form's
-// template flags, prefetching or not as the plain GEMV does (prefetch_on).
-constexpr std::size_t kFusedSmemMax = 32 * 1024;
-bool aligned16(const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; }
-template <typename T>
-bool rows_aligned16(std::int64_t stride) {
-  return (stride * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
-}
-template <typename T, int NU, bool GX, bool CO>
-void launch_fused(const Plan& pl, unsigned row_blocks, std::size_t smem, const Stream& s) {
-  auto go = [&](auto wpl) {
-    constexpr int W = decltype(wpl)::value;
-    if (prefetch_on())
-      launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, false, NU, GX, CO>, pl.mp, pl.col_blocks,
-                  row_blocks, s, smem);
-    else
-      launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, false, NU, GX, CO>, pl.mp, pl.col_blocks,
-                  row_blocks, s, smem);
-  };
-  if (pl.mp.p.w.group_size == 32)
-    go(std::integral_constant<int, 1>{});
-  else
-    go(std::integral_constant<int, 2>{});
-}
-
-template <typename T>
-bool qgemv_mma_norm(const LinParams& p, const NormIn& n, const Stream& s) {
-  if constexpr (!std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
-    return false;
-  } else {
-    // Off: run 34 (H100) measured it slower (8B -10 %, 30B -3 %, 0.6B +2 %; dev/NOTES.md).
-    static const bool on = env_int("MLXCEL_GPU_FUSED_NORM", 0) != 0;
-    if (!on || !mma_on(s) || p.experts || p.pair_y || p.m < 1 || p.m > 2) return false;
-    Plan pl = plan_of(p);
-    if (!pl.gpl) return false;
-    // x (1-2 rows of K) in shared memory, and NU <= 4 units of 8 columns per thread.
-    const std::int64_t k = p.w.k;
-    const std::size_t smem = static_cast<std::size_t>(p.m * k) * sizeof(T);
-    if (k > 4 * 8 * kThreads || smem > kFusedSmemMax || !aligned16(n.src) || !aligned16(n.w) ||
-        !rows_aligned16<T>(n.stride) || !rows_aligned16<T>(p.x_stride) || p.x_div != 1)
-      return false;
-    pl.mp.norm = n;
-    if (k <= 8 * kThreads)
-      launch_fused<T, 1, false, false>(pl, 1, smem, s);
-    else if (k <= 2 * 8 * kThreads)
-      launch_fused<T, 2, false, false>(pl, 1, smem, s);
-    else
-      launch_fused<T, 4, false, false>(pl, 1, smem, s);
-    return true;
-  }
-}
-
-template <typename T>
-bool qgemv_mma_gated(const LinParams& p, const GatedIn& gi, const Stream& s) {
-  if constexpr (!std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
-    return false;
-  } else {
-    static const bool on = env_int("MLXCEL_GPU_FUSED_GATED", 0) != 0;
-    if (!on || !mma_on(s) || p.experts || p.pair_y || p.tiles.order || p.m < 1 || p.m > 2 ||
-        p.x_div != 1)
-      return false;
-    Plan pl = plan_of(p);
-    if (!pl.gpl) return false;
-    const std::size_t smem = static_cast<std::size_t>(p.m * p.w.k) * sizeof(T);
-    if (smem > kFusedSmemMax || !aligned16(gi.g) || !aligned16(gi.u) || !aligned16(p.x) ||
-        !rows_aligned16<T>(gi.g_stride) || !rows_aligned16<T>(gi.u_stride) ||
-        !rows_aligned16<T>(p.x_stride))
-      return false;
-    pl.mp.gi = gi;
-    launch_fused<T, 0, true, false>(pl, 1, smem, s);
-    return true;
-  }
-}
-
-template <typename T>
-bool qgemv_mma_moe_down(const LinParams& p, const GatedIn& gi, const CombineOut& co,
-                        const Stream& s) {
-  if constexpr (!std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
-    return false;
-  } else {
-    static const bool on = env_int("MLXCEL_GPU_MOE_FUSED_DOWN", 0) != 0;
-    if (!on || !mma_on(s) || !p.experts || p.pair_y || p.tiles.order || p.x_div != 1 ||
-        p.accumulate || co.top_k < 1 || p.m % co.top_k != 0)
-      return false;
-    Plan pl = plan_of(p);
-    if (!pl.gpl) return false;
-    const std::size_t smem = static_cast<std::size_t>(p.w.k) * sizeof(T);  // one x row
-    if (smem > kFusedSmemMax || !aligned16(gi.g) || !aligned16(gi.u) ||
-        !rows_aligned16<T>(gi.g_stride) || !rows_aligned16<T>(gi.u_stride) || !co.counters ||
-        (p.m / co.top_k) * pl.col_blocks > co.max_counters)
-      return false;
-    pl.mp.gi = gi;
-    pl.mp.co = co;
-    pl.mp.co.col_blocks = pl.col_blocks;
-    launch_fused<T, 0, true, true>(pl, static_cast<unsigned>(p.m), smem, s);
-    return true;
-  }
-}
-
 #else  // MLXCEL_GPU_HIP: no mma.sync; the SIMT qgemv serves every format.
 
 template <typename T>
 bool qgemv_mma(const LinParams&, const Stream&) {
-  return false;
-}
-
-template <typename T>
-bool qgemv_mma_norm(const LinParams&, const NormIn&, const Stream&) {
-  return false;
-}
-
-template <typename T>
-bool qgemv_mma_moe_down(const LinParams&, const GatedIn&, const CombineOut&, const Stream&) {
-  return false;
-}
-
-template <typename T>
-bool qgemv_mma_gated(const LinParams&, const GatedIn&, const Stream&) {
   return false;
 }
 
@@ -1164,17 +929,5 @@ bool qgemv_mma_gated(const LinParams&, const GatedIn&, const Stream&) {
 template bool qgemv_mma<float>(const LinParams&, const Stream&);
 template bool qgemv_mma<bf16>(const LinParams&, const Stream&);
 template bool qgemv_mma<f16>(const LinParams&, const Stream&);
-template bool qgemv_mma_norm<float>(const LinParams&, const NormIn&, const Stream&);
-template bool qgemv_mma_norm<bf16>(const LinParams&, const NormIn&, const Stream&);
-template bool qgemv_mma_norm<f16>(const LinParams&, const NormIn&, const Stream&);
-template bool qgemv_mma_gated<float>(const LinParams&, const GatedIn&, const Stream&);
-template bool qgemv_mma_gated<bf16>(const LinParams&, const GatedIn&, const Stream&);
-template bool qgemv_mma_gated<f16>(const LinParams&, const GatedIn&, const Stream&);
-template bool qgemv_mma_moe_down<float>(const LinParams&, const GatedIn&, const CombineOut&,
-                                        const Stream&);
-template bool qgemv_mma_moe_down<bf16>(const LinParams&, const GatedIn&, const CombineOut&,
-                                       const Stream&);
-template bool qgemv_mma_moe_down<f16>(const LinParams&, const GatedIn&, const CombineOut&,
-                                      const Stream&);
 
 }  // namespace mlxcel::gpu
