@@ -516,17 +516,23 @@ __device__ __forceinline__ float scale_at(std::uint32_t lo, std::uint32_t hi, in
 // order, groups GW + 1 units apart (fewer bank conflicts), and a zero group last for the lanes
 // and groups that give no x. The loop then reads one unit per word with no PRMT, predicate or
 // zeroing (48 instructions fewer per chunk); the same values, so the same bits.
+// ES (with XS; MLXCEL_GPU_QGEMV_LEAN=3): the copy also sums each group of x in fp32 (8 values in
+// order per thread, then a butterfly over the group's threads), and the loop reads those sums
+// instead of running the second mma against ones (16 of its 32 mma per chunk). Other bits than
+// the tensor core's sums (a fixed order, the same for every batch).
 template <int WPL>
 __host__ __device__ constexpr int xs_group_units() {
   return 4 * WPL + 1;
 }
 std::size_t xs_bytes(int wpl, std::int64_t rows, std::int64_t groups) {
-  return static_cast<std::size_t>(rows * groups + 1) * (4 * wpl + 1) * sizeof(uint4);
+  return static_cast<std::size_t>(rows * groups + 1) * (4 * wpl + 1) * sizeof(uint4) +
+         static_cast<std::size_t>(rows * groups) * sizeof(float);
 }
 constexpr std::size_t kXsMaxBytes = 48 * 1024;  // without opting in to more
 
-template <typename T, int WPL, int NP, bool Pair, bool NS, bool XS = false>
+template <typename T, int WPL, int NP, bool Pair, bool NS, int XM = 0>
 __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
+  constexpr bool XS = XM > 0, ES = XM == 2;
   static_assert(!XS || NP == 1, "x staging serves the one-set form");
   constexpr bool PF = NP == 1;  // one column set: the next chunk loads during this one
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
@@ -587,22 +593,40 @@ __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
   const std::uint32_t magic = Magic<T>::kPair;
   constexpr int GS = xs_group_units<WPL>();
   [[maybe_unused]] uint4* xs = nullptr;
+  [[maybe_unused]] float* esum = nullptr;  // ES: [mc, G] group sums of x
   if constexpr (XS) {
     extern __shared__ uint4 xs_smem[];
     xs = xs_smem;
+    esum = reinterpret_cast<float*>(xs + (mc * G + 1) * GS);
   }
   // XS: the block's x rows into xs (after the wait: x is the previous kernel's output).
   auto stage_x = [&] {
     if constexpr (XS) {
-      const int units = G * GW;  // per row
-      for (int i = threadIdx.x; i < mc * units; i += kThreads) {
+      const int units = G * GW, total = mc * units;  // units per row, in all
+      // Block-uniform trips (ES: every lane of a warp is in the butterfly); a group's GW units
+      // are GW consecutive threads of one warp (kThreads and units are multiples of GW).
+      for (int base = 0; base < total; base += kThreads) {
+        const int i = base + static_cast<int>(threadIdx.x);
         const int r = i / units, u = i % units;
-        const uint4 v = reinterpret_cast<const uint4*>(
-            static_cast<const T*>(p.x) + ((m0 + r) / p.x_div) * p.x_stride)[u];
-        uint4 o;
-        o.x = __byte_perm(v.x, v.z, 0x5410u), o.y = __byte_perm(v.x, v.z, 0x7632u);
-        o.z = __byte_perm(v.y, v.w, 0x5410u), o.w = __byte_perm(v.y, v.w, 0x7632u);
-        xs[(r * G + u / GW) * GS + u % GW] = o;
+        [[maybe_unused]] float sum = 0.0f;
+        if (i < total) {
+          const uint4 v = reinterpret_cast<const uint4*>(
+              static_cast<const T*>(p.x) + ((m0 + r) / p.x_div) * p.x_stride)[u];
+          uint4 o;
+          o.x = __byte_perm(v.x, v.z, 0x5410u), o.y = __byte_perm(v.x, v.z, 0x7632u);
+          o.z = __byte_perm(v.y, v.w, 0x5410u), o.w = __byte_perm(v.y, v.w, 0x7632u);
+          xs[(r * G + u / GW) * GS + u % GW] = o;
+          if constexpr (ES) {
+            const T* h = reinterpret_cast<const T*>(&v);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) sum += to_f32(h[j]);
+          }
+        }
+        if constexpr (ES) {
+#pragma unroll
+          for (int off = 1; off < GW; off <<= 1) sum += gpu_shfl_xor(sum, off);
+          if (i < total && u % GW == 0) esum[r * G + u / GW] = sum;
+        }
       }
       if (threadIdx.x < GW) xs[mc * G * GS + threadIdx.x] = make_uint4(0, 0, 0, 0);
       __syncthreads();
@@ -688,9 +712,15 @@ __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
             b0 = __byte_perm(lo, hi, 0x5410u), b1 = __byte_perm(lo, hi, 0x7632u);
           }
           mma<T>(d[q], a, b0, b1);
-          mma<T>(e[q], ones, b0, b1);
+          if constexpr (!ES) mma<T>(e[q], ones, b0, b1);
         }
       }
+    }
+    if constexpr (ES) {  // the sums of x of this lane's D columns: row t / 2, groups 4c + j0 + u
+      const int row = t / 2, g0 = 4 * c + j0;
+      const float2 v = row < mc && g0 < G ? *reinterpret_cast<const float2*>(esum + row * G + g0)
+                                          : make_float2(0.0f, 0.0f);
+      e[0][0] = v.x, e[0][1] = v.y;
     }
     // As qgemv_mma_gpl_kernel: col 2t + u of d[q] is group 4c + j0 + u, e[q][u] its sum of x.
 #pragma unroll
@@ -825,8 +855,8 @@ bool prefetch_on() {
 }
 
 // The lean kernel (qgemv_mma_lean_kernel: the same bits, fewer instructions) instead of
-// qgemv_mma_gpl_kernel; MLXCEL_GPU_QGEMV_LEAN=0 turns it off, 2 stages x in shared memory
-// (measuring knobs).
+// qgemv_mma_gpl_kernel; MLXCEL_GPU_QGEMV_LEAN=0 turns it off, 2 stages x in shared memory, 3
+// also x's group sums (measuring knobs).
 int lean_mode() {
   static const int mode = env_int("MLXCEL_GPU_QGEMV_LEAN", 1);
   return mode;
@@ -864,13 +894,16 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
           // x staged in shared memory (lean 2): one column set, within kXsMaxBytes.
           const std::size_t xsb = xs_bytes(W, p.experts ? 1 : std::min<std::int64_t>(p.m, 2),
                                            mp.groups);
-          const bool xs = lean_mode() == 2 && np == 1 && xsb <= kXsMaxBytes;
+          const int xm = np == 1 && xsb <= kXsMaxBytes ? std::max(lean_mode() - 1, 0) : 0;
           auto go = [&](auto nsc) {
             constexpr bool NS = decltype(nsc)::value;
             if (pair) {
               mp.pair_blocks = col_blocks;
-              if (xs)
-                return launch_grid(qgemv_mma_lean_kernel<T, W, 1, true, NS, true>, mp,
+              if (xm == 1)
+                return launch_grid(qgemv_mma_lean_kernel<T, W, 1, true, NS, 1>, mp,
+                                   2 * col_blocks, row_blocks, s, xsb);
+              if (xm == 2)
+                return launch_grid(qgemv_mma_lean_kernel<T, W, 1, true, NS, 2>, mp,
                                    2 * col_blocks, row_blocks, s, xsb);
               return launch_grid(qgemv_mma_lean_kernel<T, W, 1, true, NS>, mp, 2 * col_blocks,
                                  row_blocks, s);
@@ -878,8 +911,11 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
             if (np == 2)
               return launch_grid(qgemv_mma_lean_kernel<T, W, 2, false, NS>, mp, col_blocks,
                                  row_blocks, s);
-            if (xs)
-              return launch_grid(qgemv_mma_lean_kernel<T, W, 1, false, NS, true>, mp, col_blocks,
+            if (xm == 1)
+              return launch_grid(qgemv_mma_lean_kernel<T, W, 1, false, NS, 1>, mp, col_blocks,
+                                 row_blocks, s, xsb);
+            if (xm == 2)
+              return launch_grid(qgemv_mma_lean_kernel<T, W, 1, false, NS, 2>, mp, col_blocks,
                                  row_blocks, s, xsb);
             launch_grid(qgemv_mma_lean_kernel<T, W, 1, false, NS>, mp, col_blocks, row_blocks, s);
           };
