@@ -15,7 +15,7 @@
 # Prediction: lean 8B tg128 +12-25 % (336 -> 380-420), 0.6B +3-8 %, 30B +5-12 %, batch 16
 # +5-10 %; lean 2 a further +3-8 % on the 8B, lean 3 +3-5 % over lean 2; minb3 +0-8 % unless its small spill costs more.
 RUN=41
-BUDGET_S=${BUDGET_S:-360}
+BUDGET_S=${BUDGET_S:-300}
 source dev/h200_lib.sh
 for f in mlxcel mlxcel-minb3 test_backend_ops; do unxz_to .gpu/$f.xz .gpu/$f; done
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$R/steps.log"
