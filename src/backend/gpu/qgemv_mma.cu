@@ -254,233 +254,15 @@ __device__ __forceinline__ float code_value(std::uint32_t word, int code, std::i
 template <int GW>
 struct ChunkLoad {
   std::uint32_t ra[GW], rb[GW];  // code words of rows na, nb
-  std::uint32_t sw[8];           // s_a, b_a, s_b, b_b pairs as f32 bits (PF, 16-bit: 4 words)
+  std::uint32_t sw[8];  // scale / bias words of rows na, nb: 16-bit pairs in 0-3, f32 in 0-7
 };
 
-// PF: chunk c + 1 loaded into registers while chunk c is computed (one column set: see
-// qgemv_mma's launch). Only the load timing differs, so the bits are the same.
-// Pair (expert rows, one column set): column blocks from mp.pair_blocks on are the second
-// matrix's (p.pair_*), the same columns of the same rows, so a MoE step's gate and up products
-// are one launch (their fixed costs paid once). Each output's arithmetic is that of the
-// unpaired launch: same matrix shape, same K split.
-template <typename T, int WPL, int NP, bool PF, bool Pair = false>
-__global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
-  __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
-  const LinParams& p = mp.p;
-  constexpr int GW = 4 * WPL;   // words of one group row
-  constexpr int GK = 32 * WPL;  // group size
-  const int warp = threadIdx.x / MLXCEL_WARP_SIZE, lane = threadIdx.x % MLXCEL_WARP_SIZE;
-  const int g = lane / 4, t = lane % 4;
-  const int tile = warp / mp.ks, kw = warp % mp.ks;
-  std::int64_t cb = mp.col_block0 + static_cast<std::int64_t>(blockIdx.y);
-  bool second = false;
-  if constexpr (Pair) {
-    second = cb >= mp.pair_blocks;
-    if (second) cb -= mp.pair_blocks;
-  }
-  const std::int64_t n0 = (cb * (kWarps / mp.ks) + tile) * kTileCols;
-  const int per_block = p.experts ? 1 : 2 * NP;
-  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.x) * per_block;
-  const int mc = static_cast<int>(p.m - m0 < per_block ? p.m - m0 : per_block);
-  // Programmatic dependent launch (see launch_kernel): a dense matrix's weights are constant,
-  // so its first chunk is loaded before waiting for the previous kernel; expert ids are that
-  // kernel's output, so expert-indexed rows wait first.
-  if (p.experts) gpu_grid_wait();
-  WPtrs wp = wptrs(p, m0);
-  T* y = static_cast<T*>(p.y);
-  if constexpr (Pair) {
-    if (second) {
-      WView v = p.w;
-      v.w = p.pair_w, v.scales = p.pair_scales, v.biases = p.pair_biases;
-      wp = expert_wptrs(v, p.experts[m0]);
-      y = static_cast<T*>(p.pair_y);
-    }
-  }
-  const std::int64_t n_last = p.w.n - 1, G = mp.groups;
-  const std::int64_t na = n0 + g < n_last ? n0 + g : n_last;
-  const std::int64_t nb = n0 + g + 8 < n_last ? n0 + g + 8 : n_last;
-  const std::int64_t row_words = p.w.k / 8;
-  const std::uint32_t* wa = static_cast<const std::uint32_t*>(wp.w) + na * row_words;
-  const std::uint32_t* wb = static_cast<const std::uint32_t*>(wp.w) + nb * row_words;
-  // B column g of column set np: row 2 np + g / 4 over group offset g % 4; lane (g, t) gives it
-  // nonzero x only when t == g % 4.
-  const T* xrow[NP];
-  bool gives[NP];
-#pragma unroll
-  for (int q = 0; q < NP; ++q) {
-    const int r = 2 * q + g / 4;
-    gives[q] = t == g % 4 && r < mc;
-    xrow[q] = static_cast<const T*>(p.x) + ((m0 + (gives[q] ? r : 0)) / p.x_div) * p.x_stride;
-  }
-  const int code = p.w.scales_code;
-  // This lane's D columns 2t, 2t + 1: group offsets 2 (t % 2) and 2 (t % 2) + 1.
-  const int j0 = 2 * (t % 2);
-  const std::int64_t chunks = (G + 3) / 4;
-  const std::int64_t c_begin = chunks * kw / mp.ks, c_end = chunks * (kw + 1) / mp.ks;
-  float acc[NP][4];
-#pragma unroll
-  for (int q = 0; q < NP; ++q)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[q][i] = 0.0f;
-  const std::uint32_t ones[4] = {Magic<T>::kOnes, Magic<T>::kOnes, Magic<T>::kOnes,
-                                 Magic<T>::kOnes};
-  // A chunk's loads: this lane's group of rows na and nb, and the scale / bias words of rows na,
-  // nb for groups 4c + j0, 4c + j0 + 1 (G is even: the pair is one aligned 4-byte word of 16-bit
-  // codes, or 8 bytes of f32). 16-bit codes are decoded here (fewer registers live), except with
-  // PF, where a chunk loaded ahead must not wait for its own loads: apply_chunk decodes them.
-  auto load_chunk = [&](std::int64_t c, ChunkLoad<GW>& l) {
-    const std::int64_t grp = 4 * c + t;
-    const std::int64_t gl = grp < G ? grp : G - 1;  // clamped: its B is zero
-#pragma unroll
-    for (int i = 0; i < GW / 4; ++i) {
-      const uint4 va = reinterpret_cast<const uint4*>(wa + gl * GW)[i];
-      const uint4 vb = reinterpret_cast<const uint4*>(wb + gl * GW)[i];
-      l.ra[4 * i] = va.x, l.ra[4 * i + 1] = va.y, l.ra[4 * i + 2] = va.z, l.ra[4 * i + 3] = va.w;
-      l.rb[4 * i] = vb.x, l.rb[4 * i + 1] = vb.y, l.rb[4 * i + 2] = vb.z, l.rb[4 * i + 3] = vb.w;
-    }
-    std::int64_t sg = 4 * c + j0;
-    if (sg > G - 2) sg = G - 2;
-    if (code == 0) {
-      const float* sc = static_cast<const float*>(wp.scales);
-      const float* bi = static_cast<const float*>(wp.biases);
-      const uint2 x0 = *reinterpret_cast<const uint2*>(sc + na * G + sg);
-      const uint2 x1 = *reinterpret_cast<const uint2*>(bi + na * G + sg);
-      const uint2 x2 = *reinterpret_cast<const uint2*>(sc + nb * G + sg);
-      const uint2 x3 = *reinterpret_cast<const uint2*>(bi + nb * G + sg);
-      l.sw[0] = x0.x, l.sw[1] = x0.y, l.sw[2] = x1.x, l.sw[3] = x1.y;
-      l.sw[4] = x2.x, l.sw[5] = x2.y, l.sw[6] = x3.x, l.sw[7] = x3.y;
-    } else {
-      const std::uint32_t w0 = static_cast<const std::uint32_t*>(wp.scales)[(na * G + sg) / 2];
-      const std::uint32_t w1 = static_cast<const std::uint32_t*>(wp.biases)[(na * G + sg) / 2];
-      const std::uint32_t w2 = static_cast<const std::uint32_t*>(wp.scales)[(nb * G + sg) / 2];
-      const std::uint32_t w3 = static_cast<const std::uint32_t*>(wp.biases)[(nb * G + sg) / 2];
-      if constexpr (PF) {
-        l.sw[0] = w0, l.sw[1] = w1, l.sw[2] = w2, l.sw[3] = w3;
-      } else {  // decoded here, as f32 bits: fewer registers live (84 against 100)
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          l.sw[u] = __float_as_uint(code_value(w0, code, u));
-          l.sw[2 + u] = __float_as_uint(code_value(w1, code, u));
-          l.sw[4 + u] = __float_as_uint(code_value(w2, code, u));
-          l.sw[6 + u] = __float_as_uint(code_value(w3, code, u));
-        }
-      }
-    }
-  };
-  auto apply_chunk = [&](std::int64_t c, const ChunkLoad<GW>& l) {
-    const std::int64_t grp = 4 * c + t;  // this lane's group
-    const bool valid = grp < G;
-    float s_a[2], b_a[2], s_b[2], b_b[2];
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      if (!PF || code == 0) {
-        s_a[u] = __uint_as_float(l.sw[u]), b_a[u] = __uint_as_float(l.sw[2 + u]);
-        s_b[u] = __uint_as_float(l.sw[4 + u]), b_b[u] = __uint_as_float(l.sw[6 + u]);
-      } else {
-        s_a[u] = code_value(l.sw[0], code, u), b_a[u] = code_value(l.sw[1], code, u);
-        s_b[u] = code_value(l.sw[2], code, u), b_b[u] = code_value(l.sw[3], code, u);
-      }
-    }
-    float d[NP][4], e[NP][4];
-#pragma unroll
-    for (int q = 0; q < NP; ++q)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) d[q][i] = e[q][i] = 0.0f;
-#pragma unroll
-    for (int w = 0; w < GW; ++w) {
-      uint4 xv[NP];
-#pragma unroll
-      for (int q = 0; q < NP; ++q)
-        xv[q] = gives[q] && valid ? reinterpret_cast<const uint4*>(xrow[q] + grp * GK)[w]
-                                  : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const std::uint32_t a[4] = {code_pair<T>(l.ra[w], 2 * h), code_pair<T>(l.rb[w], 2 * h),
-                                    code_pair<T>(l.ra[w], 2 * h + 1),
-                                    code_pair<T>(l.rb[w], 2 * h + 1)};
-#pragma unroll
-        for (int q = 0; q < NP; ++q) {
-          const std::uint32_t lo = h ? xv[q].y : xv[q].x, hi = h ? xv[q].w : xv[q].z;
-          const std::uint32_t b0 = __byte_perm(lo, hi, 0x5410u), b1 = __byte_perm(lo, hi, 0x7632u);
-          mma<T>(d[q], a, b0, b1);
-          mma<T>(e[q], ones, b0, b1);
-        }
-      }
-    }
-    // d[q]: (row g, col 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1); col 2t + u is group
-    // 4c + j0 + u; e[q][u] its sum of x (all rows alike).
-#pragma unroll
-    for (int q = 0; q < NP; ++q)
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        acc[q][u] =
-            fmaf(s_a[u], d[q][u], fmaf(b_a[u] - Magic<T>::kOff * s_a[u], e[q][u], acc[q][u]));
-        acc[q][2 + u] = fmaf(s_b[u], d[q][2 + u],
-                             fmaf(b_b[u] - Magic<T>::kOff * s_b[u], e[q][u], acc[q][2 + u]));
-      }
-  };
-  if constexpr (PF) {
-    // Chunk c + 1's loads in flight while chunk c is computed (the last one reloads itself:
-    // no branch, an L2 hit). Only the load timing differs, so the bits are the same.
-    ChunkLoad<GW> cur;
-    if (c_begin < c_end) load_chunk(c_begin, cur);
-    if (!p.experts) gpu_grid_wait();
-    gpu_grid_release();
-    for (std::int64_t c = c_begin; c < c_end; ++c) {
-      ChunkLoad<GW> next;
-      load_chunk(c + 1 < c_end ? c + 1 : c, next);
-      apply_chunk(c, cur);
-      cur = next;
-    }
-  } else {
-    if (!p.experts) gpu_grid_wait();
-    gpu_grid_release();
-    for (std::int64_t c = c_begin; c < c_end; ++c) {
-      ChunkLoad<GW> cur;
-      load_chunk(c, cur);
-      apply_chunk(c, cur);
-    }
-  }
-  // Per row: (j0 + j1) of the even lane t, then + (j2 + j3) of its odd partner.
-#pragma unroll
-  for (int q = 0; q < NP; ++q)
-#pragma unroll
-    for (int r2 = 0; r2 < 2; ++r2) {
-      const float own = acc[q][2 * r2] + acc[q][2 * r2 + 1];
-      const float other = gpu_shfl_xor(own, 1);
-      const float v = (t % 2 == 0) ? own + other : other + own;
-      red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane] = v;
-    }
-  __syncthreads();
-  if (kw == 0 && t % 2 == 0) {
-#pragma unroll
-    for (int q = 0; q < NP; ++q)
-#pragma unroll
-      for (int r2 = 0; r2 < 2; ++r2) {
-        float v = red[((warp * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
-        for (int w = 1; w < mp.ks; ++w)
-          v += red[(((warp + w) * NP + q) * 2 + r2) * MLXCEL_WARP_SIZE + lane];
-        const int row = 2 * q + t / 2;
-        const std::int64_t n = n0 + g + 8 * r2;
-        if (row < mc && n <= n_last)
-          store_lin_to<T>(y, p, (m0 + row) * p.y_stride + n, n, v);
-      }
-  }
-}
-
-// --- The lean form of the one-group-per-lane kernel (MLXCEL_GPU_QGEMV_LEAN, default on) -----
-// Run 38 counted 462 instructions per chunk in qgemv_mma_gpl_kernel's loop for 32 mma: the
-// GEMV is issue-bound at ~4 bytes of weights per warp instruction (13.1 M instructions for
-// gate_up's 66 MB, issue active 45 % at 21 % warps active), not memory-bound. The same chunks,
-// the same products in the same order, with the overhead taken out:
-//  - a code pair is one LOP3 ((w >> 4i) & 0x000F000F | magic, the magic in a register) and a
-//    shift, where the compiler had split the mask and the OR into two LOP3;
-//  - addresses are 32-bit group indices off per-row base pointers fixed before the loop (the
-//    loop had ~90 instructions of 64-bit index arithmetic and clamps per chunk);
-//  - NS (scales in the activation dtype, as MLX stores them): their decode is inline, not a
-//    run-time switch over three codes per chunk;
-//  - two chunk registers sets alternate (no copy of the prefetched chunk per iteration).
-// Every output's arithmetic is qgemv_mma_gpl_kernel's, so the bits are the same.
+// Instruction count (session 21, dev/NOTES.md): the loop is one LOP3 and a shift per code pair
+// (the magic in a register: the compiler otherwise splits mask and OR into two LOP3), 32-bit
+// group indices off row bases fixed before the loop, the scale decode inline where the scales
+// are the activation dtype (NS, as MLX stores them), and two register sets alternating instead
+// of a copy of the prefetched chunk: 255 instructions per chunk of 32 mma where the first form
+// had 462 (run 41, H100: 8B +3 %, 0.6B +7 %, 30B +8 %, the same bits).
 
 // (w >> 4i) & 0x000F000F | magic as one LOP3 with the magic in a register.
 __device__ __forceinline__ std::uint32_t code_pair_lop3(std::uint32_t w, int i,
@@ -503,38 +285,16 @@ __device__ __forceinline__ float scale_at(std::uint32_t lo, std::uint32_t hi, in
   }
 }
 
-// MLXCEL_QGEMV_LEAN_MINB > 0: the blocks per SM it is built for (a build-time measuring knob; 3
-// caps it at 80 registers). Not 1: ptxas then gives the one-set form ~220 registers, where
-// without a minimum it takes 92.
-#if defined(MLXCEL_QGEMV_LEAN_MINB) && MLXCEL_QGEMV_LEAN_MINB > 0
-#define MLXCEL_LEAN_BOUNDS __launch_bounds__(kThreads, MLXCEL_QGEMV_LEAN_MINB)
-#else
-#define MLXCEL_LEAN_BOUNDS __launch_bounds__(kThreads)
-#endif
-// XS (one column set; MLXCEL_GPU_QGEMV_LEAN=2): after the wait the block copies its x rows into
-// dynamic shared memory (xs_bytes), each 8-value unit with its pairs already in the mma's B
-// order, groups GW + 1 units apart (fewer bank conflicts), and a zero group last for the lanes
-// and groups that give no x. The loop then reads one unit per word with no PRMT, predicate or
-// zeroing (48 instructions fewer per chunk); the same values, so the same bits.
-// ES (with XS; MLXCEL_GPU_QGEMV_LEAN=3): the copy also sums each group of x in fp32 (8 values in
-// order per thread, then a butterfly over the group's threads), and the loop reads those sums
-// instead of running the second mma against ones (16 of its 32 mma per chunk). Other bits than
-// the tensor core's sums (a fixed order, the same for every batch).
-template <int WPL>
-__host__ __device__ constexpr int xs_group_units() {
-  return 4 * WPL + 1;
-}
-std::size_t xs_bytes(int wpl, std::int64_t rows, std::int64_t groups) {
-  return static_cast<std::size_t>(rows * groups + 1) * (4 * wpl + 1) * sizeof(uint4) +
-         static_cast<std::size_t>(rows * groups) * sizeof(float);
-}
-constexpr std::size_t kXsMaxBytes = 48 * 1024;  // without opting in to more
-
-template <typename T, int WPL, int NP, bool Pair, bool NS, int XM = 0>
-__global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
-  constexpr bool XS = XM > 0, ES = XM == 2;
-  static_assert(!XS || NP == 1, "x staging serves the one-set form");
-  constexpr bool PF = NP == 1;  // one column set: the next chunk loads during this one
+// PF (one column set): chunk c + 1 loads into registers while chunk c is computed; only the
+// load timing differs, so the bits are the same. Not with two sets, where it takes too many
+// registers (batch 16: 1,245 -> 785 tok/s, run 27).
+// Pair (expert rows, one column set): column blocks from mp.pair_blocks on are the second
+// matrix's (p.pair_*), the same columns of the same rows, so a MoE step's gate and up products
+// are one launch (their fixed costs paid once). Each output's arithmetic is that of the
+// unpaired launch: same matrix shape, same K split.
+template <typename T, int WPL, int NP, bool Pair, bool NS>
+__global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
+  constexpr bool PF = NP == 1;
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
   constexpr int GW = 4 * WPL;  // words (and x uint4) of one group row
@@ -591,47 +351,6 @@ __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
                                              ((m0 + (gives[q] ? r : 0)) / p.x_div) * p.x_stride);
   }
   const std::uint32_t magic = Magic<T>::kPair;
-  constexpr int GS = xs_group_units<WPL>();
-  [[maybe_unused]] uint4* xs = nullptr;
-  [[maybe_unused]] float* esum = nullptr;  // ES: [mc, G] group sums of x
-  if constexpr (XS) {
-    extern __shared__ uint4 xs_smem[];
-    xs = xs_smem;
-    esum = reinterpret_cast<float*>(xs + (mc * G + 1) * GS);
-  }
-  // XS: the block's x rows into xs (after the wait: x is the previous kernel's output).
-  auto stage_x = [&] {
-    if constexpr (XS) {
-      const int units = G * GW, total = mc * units;  // units per row, in all
-      // Block-uniform trips (ES: every lane of a warp is in the butterfly); a group's GW units
-      // are GW consecutive threads of one warp (kThreads and units are multiples of GW).
-      for (int base = 0; base < total; base += kThreads) {
-        const int i = base + static_cast<int>(threadIdx.x);
-        const int r = i / units, u = i % units;
-        [[maybe_unused]] float sum = 0.0f;
-        if (i < total) {
-          const uint4 v = reinterpret_cast<const uint4*>(
-              static_cast<const T*>(p.x) + ((m0 + r) / p.x_div) * p.x_stride)[u];
-          uint4 o;
-          o.x = __byte_perm(v.x, v.z, 0x5410u), o.y = __byte_perm(v.x, v.z, 0x7632u);
-          o.z = __byte_perm(v.y, v.w, 0x5410u), o.w = __byte_perm(v.y, v.w, 0x7632u);
-          xs[(r * G + u / GW) * GS + u % GW] = o;
-          if constexpr (ES) {
-            const T* h = reinterpret_cast<const T*>(&v);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) sum += to_f32(h[j]);
-          }
-        }
-        if constexpr (ES) {
-#pragma unroll
-          for (int off = 1; off < GW; off <<= 1) sum += gpu_shfl_xor(sum, off);
-          if (i < total && u % GW == 0) esum[r * G + u / GW] = sum;
-        }
-      }
-      if (threadIdx.x < GW) xs[mc * G * GS + threadIdx.x] = make_uint4(0, 0, 0, 0);
-      __syncthreads();
-    }
-  };
   const int j0 = 2 * (t % 2);  // this lane's D columns 2t, 2t + 1: group offsets j0, j0 + 1
   const int chunks = (G + 3) / 4;
   const int c_begin = chunks * kw / mp.ks, c_end = chunks * (kw + 1) / mp.ks;
@@ -683,19 +402,12 @@ __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
     for (int q = 0; q < NP; ++q)
 #pragma unroll
       for (int i = 0; i < 4; ++i) d[q][i] = e[q][i] = 0.0f;
-    [[maybe_unused]] const uint4* xg = nullptr;  // XS: this lane's group of x, or the zeros
-    if constexpr (XS)
-      xg = xs + (gives[0] && valid ? ((g / 4) * G + grp) * GS : mc * G * GS);
 #pragma unroll
     for (int w = 0; w < GW; ++w) {
       uint4 xv[NP];
 #pragma unroll
-      for (int q = 0; q < NP; ++q) {
-        if constexpr (XS)
-          xv[q] = xg[w];
-        else
-          xv[q] = gives[q] && valid ? xrow[q][grp * GW + w] : make_uint4(0, 0, 0, 0);
-      }
+      for (int q = 0; q < NP; ++q)
+        xv[q] = gives[q] && valid ? xrow[q][grp * GW + w] : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const std::uint32_t a[4] = {code_pair_lop3(l.ra[w], 2 * h, magic),
@@ -704,25 +416,15 @@ __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
                                     code_pair_lop3(l.rb[w], 2 * h + 1, magic)};
 #pragma unroll
         for (int q = 0; q < NP; ++q) {
-          std::uint32_t b0, b1;
-          if constexpr (XS) {
-            b0 = h ? xv[q].z : xv[q].x, b1 = h ? xv[q].w : xv[q].y;
-          } else {
-            const std::uint32_t lo = h ? xv[q].y : xv[q].x, hi = h ? xv[q].w : xv[q].z;
-            b0 = __byte_perm(lo, hi, 0x5410u), b1 = __byte_perm(lo, hi, 0x7632u);
-          }
+          const std::uint32_t lo = h ? xv[q].y : xv[q].x, hi = h ? xv[q].w : xv[q].z;
+          const std::uint32_t b0 = __byte_perm(lo, hi, 0x5410u), b1 = __byte_perm(lo, hi, 0x7632u);
           mma<T>(d[q], a, b0, b1);
-          if constexpr (!ES) mma<T>(e[q], ones, b0, b1);
+          mma<T>(e[q], ones, b0, b1);
         }
       }
     }
-    if constexpr (ES) {  // the sums of x of this lane's D columns: row t / 2, groups 4c + j0 + u
-      const int row = t / 2, g0 = 4 * c + j0;
-      const float2 v = row < mc && g0 < G ? *reinterpret_cast<const float2*>(esum + row * G + g0)
-                                          : make_float2(0.0f, 0.0f);
-      e[0][0] = v.x, e[0][1] = v.y;
-    }
-    // As qgemv_mma_gpl_kernel: col 2t + u of d[q] is group 4c + j0 + u, e[q][u] its sum of x.
+    // d[q]: (row g, col 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1); col 2t + u is group
+    // 4c + j0 + u; e[q][u] its sum of x (all rows alike).
 #pragma unroll
     for (int q = 0; q < NP; ++q)
 #pragma unroll
@@ -740,7 +442,6 @@ __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
     if (c_begin < c_end) load_chunk(c_begin, l0);
     if (!p.experts) gpu_grid_wait();
     gpu_grid_release();
-    stage_x();
     int c = c_begin;
     for (; c + 1 < c_end; c += 2) {
       load_chunk(c + 1, l1);
@@ -759,7 +460,7 @@ __global__ void MLXCEL_LEAN_BOUNDS qgemv_mma_lean_kernel(MmaParams mp) {
     }
   }
   // Per row: (j0 + j1) of the even lane t, then + (j2 + j3) of its odd partner; then the K
-  // slices in warp order (qgemv_mma_gpl_kernel's sums).
+  // slices in warp order.
 #pragma unroll
   for (int q = 0; q < NP; ++q)
 #pragma unroll
@@ -806,12 +507,12 @@ int choose_ks(std::int64_t tiles, std::int64_t groups) {
 // Column blocks go in y, at most 65,535 per launch (a 262k vocabulary has more).
 template <typename Kernel>
 void launch_grid(Kernel kernel, MmaParams mp, std::int64_t col_blocks, unsigned row_blocks,
-                 const Stream& s, std::size_t smem = 0) {
+                 const Stream& s) {
   constexpr std::int64_t kMaxGridY = 65535;
   for (std::int64_t c0 = 0; c0 < col_blocks; c0 += kMaxGridY) {
     mp.col_block0 = c0;
     const dim3 grid(row_blocks, static_cast<unsigned>(std::min(kMaxGridY, col_blocks - c0)));
-    launch_kernel(kernel, grid, kThreads, smem, s, mp);
+    launch_kernel(kernel, grid, kThreads, 0, s, mp);
   }
 }
 
@@ -844,24 +545,6 @@ bool mma_on(const Stream& s) {
   return on && mma_capable(s.device());
 }
 
-// Prefetch (each lane loads its next chunk into registers before computing the current one; the
-// same bits) with one column set: run 27 (H100) 8B 286 -> 300 tok/s, 0.6B +2 %, 30B +2 %. Not
-// with two, where its 130+ registers leave one block per SM (batch 16: 1,245 -> 785 tok/s).
-// MLXCEL_GPU_QGEMV_MMA_PREFETCH=0 turns it off. (A deeper prefetch, a 4-stage cp.async ring in
-// shared memory, ran at 0.67x: run 28, dev/NOTES.md.)
-bool prefetch_on() {
-  static const bool on = env_int("MLXCEL_GPU_QGEMV_MMA_PREFETCH", 1) != 0;
-  return on;
-}
-
-// The lean kernel (qgemv_mma_lean_kernel: the same bits, fewer instructions) instead of
-// qgemv_mma_gpl_kernel; MLXCEL_GPU_QGEMV_LEAN=0 turns it off, 2 stages x in shared memory, 3
-// also x's group sums (measuring knobs).
-int lean_mode() {
-  static const int mode = env_int("MLXCEL_GPU_QGEMV_LEAN", 1);
-  return mode;
-}
-
 }  // namespace
 
 template <typename T>
@@ -886,55 +569,24 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       // spilled) 236 -> 211 tok/s, 3 blocks (80, 16 B spilled) 239 -> 230 (runs 22-23).
       const int np = p.experts || p.m <= 2 ? 1 : 2;
       const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
-      const bool prefetch = prefetch_on();
+      // NS: the scales in the activation dtype (as MLX stores them), decoded inline.
       const bool ns = p.w.scales_code == (std::is_same_v<T, bf16> ? 1 : 2);
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;
-        if (lean_mode() != 0) {
-          // x staged in shared memory (lean 2): one column set, within kXsMaxBytes.
-          const std::size_t xsb = xs_bytes(W, p.experts ? 1 : std::min<std::int64_t>(p.m, 2),
-                                           mp.groups);
-          const int xm = np == 1 && xsb <= kXsMaxBytes ? std::max(lean_mode() - 1, 0) : 0;
-          auto go = [&](auto nsc) {
-            constexpr bool NS = decltype(nsc)::value;
-            if (pair) {
-              mp.pair_blocks = col_blocks;
-              if (xm == 1)
-                return launch_grid(qgemv_mma_lean_kernel<T, W, 1, true, NS, 1>, mp,
-                                   2 * col_blocks, row_blocks, s, xsb);
-              if (xm == 2)
-                return launch_grid(qgemv_mma_lean_kernel<T, W, 1, true, NS, 2>, mp,
-                                   2 * col_blocks, row_blocks, s, xsb);
-              return launch_grid(qgemv_mma_lean_kernel<T, W, 1, true, NS>, mp, 2 * col_blocks,
-                                 row_blocks, s);
-            }
-            if (np == 2)
-              return launch_grid(qgemv_mma_lean_kernel<T, W, 2, false, NS>, mp, col_blocks,
-                                 row_blocks, s);
-            if (xm == 1)
-              return launch_grid(qgemv_mma_lean_kernel<T, W, 1, false, NS, 1>, mp, col_blocks,
-                                 row_blocks, s, xsb);
-            if (xm == 2)
-              return launch_grid(qgemv_mma_lean_kernel<T, W, 1, false, NS, 2>, mp, col_blocks,
-                                 row_blocks, s, xsb);
-            launch_grid(qgemv_mma_lean_kernel<T, W, 1, false, NS>, mp, col_blocks, row_blocks, s);
-          };
-          if (ns) return go(std::true_type{});
-          return go(std::false_type{});
-        }
-        if (pair) {
-          mp.pair_blocks = col_blocks;
-          if (prefetch)
-            return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, true>, mp, 2 * col_blocks,
+        auto go = [&](auto nsc) {
+          constexpr bool NS = decltype(nsc)::value;
+          if (pair) {
+            mp.pair_blocks = col_blocks;
+            return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, NS>, mp, 2 * col_blocks,
                                row_blocks, s);
-          return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, true>, mp, 2 * col_blocks,
-                             row_blocks, s);
-        }
-        if (np == 2)
-          return launch_grid(qgemv_mma_gpl_kernel<T, W, 2, false>, mp, col_blocks, row_blocks, s);
-        if (prefetch)
-          return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true>, mp, col_blocks, row_blocks, s);
-        launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false>, mp, col_blocks, row_blocks, s);
+          }
+          if (np == 2)
+            return launch_grid(qgemv_mma_gpl_kernel<T, W, 2, false, NS>, mp, col_blocks,
+                               row_blocks, s);
+          launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, NS>, mp, col_blocks, row_blocks, s);
+        };
+        if (ns) return go(std::true_type{});
+        go(std::false_type{});
       };
       if (gs == 32)
         by_np(std::integral_constant<int, 1>{});
