@@ -1,8 +1,8 @@
 #pragma once
-// The gated activations' nonlinearity (SwiGLU's SiLU, GeGLU's tanh GELU), shared by
-// gated_kernel (elementwise.cu) and the MoE down GEMV that computes its own input
-// (qgemv_mma.cu), so both give the same bits. Products and sums are spelled __fmul_rn /
-// __fadd_rn so that no compiler contraction decides them.
+// The gated activations' nonlinearity (SwiGLU's SiLU, GeGLU's tanh GELU) of gated_kernel
+// (elementwise.cu), kept apart for any kernel that computes a gated input itself and must give
+// the same bits. Products and sums are spelled __fmul_rn / __fadd_rn so that no compiler
+// contraction decides them.
 #include "backend/backend.h"
 #include "backend/gpu/common.cuh"
 

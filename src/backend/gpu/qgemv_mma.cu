@@ -32,7 +32,6 @@
 #include <cstdlib>
 #include <type_traits>
 
-#include "backend/gpu/activation.cuh"
 #include "backend/gpu/linear.cuh"
 #include "backend/gpu/mma.cuh"
 #include "backend/gpu/reduce.cuh"
