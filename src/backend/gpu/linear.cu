@@ -304,15 +304,13 @@ __global__ void __launch_bounds__(kQThreads) qgemv_kernel(QgemvParams qp) {
     }
   };
   const std::int64_t step = static_cast<std::int64_t>(ks) * MLXCEL_WARP_SIZE;
-  {
-    // Units in increasing order per lane (the reduction order), one at a time. Requesting the
-    // next unit before decoding this one (run 15) took 120 registers instead of 96 and made the
-    // 8B's gate_up slower (60 -> 72 us): occupancy hid the latency better than the pipeline.
-    for (std::int64_t u = gw * MLXCEL_WARP_SIZE + lane; u < units; u += step) {
-      QUnit<F> qu[kQCols];
-      load_units(qu, u);
-      qgemv_unit<T, F, R>(acc, qu, xr, mc, u);
-    }
+  // Units in increasing order per lane (the reduction order), one at a time. Requesting the
+  // next unit before decoding this one (run 15) took 120 registers instead of 96 and made the
+  // 8B's gate_up slower (60 -> 72 us): occupancy hid the latency better than the pipeline.
+  for (std::int64_t u = gw * MLXCEL_WARP_SIZE + lane; u < units; u += step) {
+    QUnit<F> qu[kQCols];
+    load_units(qu, u);
+    qgemv_unit<T, F, R>(acc, qu, xr, mc, u);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
