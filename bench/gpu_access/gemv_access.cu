@@ -73,15 +73,27 @@ struct Job {
   unsigned* sink;
 };
 
-// What a lane holds of one chunk: the code words of its two rows, and (Work >= 2) the scale and
-// bias pairs of its two groups of each row, as the GEMV's ChunkLoad.
+// Work levels (kWorkName): 0 load, 1 mma, 2 mma+s, 3 mma+s+x (the GEMV's loop), then candidate
+// changes to 3: 4 x loaded with the chunk's codes (one chunk ahead, 32 more registers per set);
+// 5 x interleaved (unit (group 4c + t, word w) stored at (8 c + w) * 4 + t, so the 4 lanes
+// giving x read 64 contiguous bytes per load, one L1 wavefront instead of 4: what x's producer
+// could write); 6 that and the scales interleaved with the biases (each row's group pair as one
+// 8-byte (scales, biases) word: 2 loads per chunk and lane instead of 4); 7 only the scales
+// interleaved.
+__host__ __device__ constexpr int scale_mode(int w) { return w < 2 ? 0 : (w == 6 || w == 7) ? 2 : 1; }
+__host__ __device__ constexpr int x_mode(int w) { return w < 3 ? 0 : (w == 3 || w == 7) ? 1 : w == 4 ? 3 : 2; }
+
+// What a lane holds of one chunk: the code words of its two rows, the scale and bias pairs of
+// its two groups of each row (as the GEMV's ChunkLoad), and at level 4 its x.
+template <int Work>
 struct Unit {
   uint4 v[4];
   std::uint32_t sw[4];
+  uint4 xv[x_mode(Work) == 3 ? 8 : 1];
 };
 
 template <int L, int Work>
-__device__ __forceinline__ void load_unit(const Job& j, long long u, int lane, Unit& r) {
+__device__ __forceinline__ void load_unit(const Job& j, long long u, int lane, Unit<Work>& r) {
   const int g = lane / 4, t = lane % 4;
   const long long tile = u / j.chunks;
   const int c = static_cast<int>(u % j.chunks);
@@ -98,11 +110,20 @@ __device__ __forceinline__ void load_unit(const Job& j, long long u, int lane, U
       r.v[2 + i] = rb[2 * t + i];
     }
   }
-  if constexpr (Work >= 2) {
+  const long long half = j.groups / 2;  // pairs per row
+  const long long a = (tile * 16 + g) * half + 2 * c + (t % 2), b = a + 8 * half;
+  if constexpr (scale_mode(Work) == 1) {
     // The GEMV's scale loads: the 4-byte pair of groups 4c + 2 (t % 2), +1 of rows g, g + 8.
-    const long long half = j.groups / 2;  // pairs per row
-    const long long a = (tile * 16 + g) * half + 2 * c + (t % 2), b = a + 8 * half;
     r.sw[0] = j.scales[a], r.sw[1] = j.biases[a], r.sw[2] = j.scales[b], r.sw[3] = j.biases[b];
+  } else if constexpr (scale_mode(Work) == 2) {
+    const uint2* sb = reinterpret_cast<const uint2*>(j.scales);
+    const uint2 pa = sb[a], pb = sb[b];
+    r.sw[0] = pa.x, r.sw[1] = pa.y, r.sw[2] = pb.x, r.sw[3] = pb.y;
+  }
+  if constexpr (x_mode(Work) == 3) {
+    const bool gives = g < 4 && t == g;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) r.xv[w] = gives ? j.x[(4 * c + t) * 8 + w] : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -122,11 +143,11 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)
 }
 
 // The GEMV's arithmetic on one chunk: words 0-1 are row g's, 2-3 row g + 8's (16 code words).
-// Work 0: XOR only; 1: the code decode and 32 mma against fixed x; 2: also the scales' decode
-// and fold; 3: also the x loads of the lane's group (8 x 16 bytes, nonzero on the 4 lanes that
-// give x at batch 1) and their two PRMT per mma, as qgemv_mma_gpl_kernel<bf16, 2, 1, *, true>.
+// From level 1 the code decode and 32 mma (fixed x below level 3); from 2 the scales' decode
+// and fold; from 3 x for the lane's group (nonzero on the 4 lanes that give x at batch 1) and
+// its two PRMT per mma, as qgemv_mma_gpl_kernel<bf16, 2, 1, *, true>.
 template <int Work>
-__device__ __forceinline__ void use_unit(const Job& j, long long u, int lane, const Unit& r,
+__device__ __forceinline__ void use_unit(const Job& j, long long u, int lane, const Unit<Work>& r,
                                          float (&acc)[4], unsigned& fold) {
   if constexpr (Work == 0) {
 #pragma unroll
@@ -134,7 +155,7 @@ __device__ __forceinline__ void use_unit(const Job& j, long long u, int lane, co
   } else {
     const int g = lane / 4, t = lane % 4;
     const int c = static_cast<int>(u % j.chunks);
-    const bool gives = Work >= 3 && g < 4 && t == g;
+    const bool gives = x_mode(Work) != 0 && g < 4 && t == g;
     float d[4] = {0, 0, 0, 0}, e[4] = {0, 0, 0, 0};
     const std::uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
     const std::uint32_t wa[8] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w,
@@ -144,8 +165,14 @@ __device__ __forceinline__ void use_unit(const Job& j, long long u, int lane, co
 #pragma unroll
     for (int w = 0; w < 8; ++w) {
       std::uint32_t x0 = 0x3F803F80u ^ (lane << 3), x1 = 0x3F003F00u ^ lane;
-      if constexpr (Work >= 3) {
-        const uint4 xv = gives ? j.x[(4 * c + t) * 8 + w] : make_uint4(0, 0, 0, 0);
+      if constexpr (x_mode(Work) != 0) {
+        uint4 xv;
+        if constexpr (x_mode(Work) == 3)
+          xv = r.xv[w];
+        else if constexpr (x_mode(Work) == 2)
+          xv = gives ? j.x[(8 * c + w) * 4 + t] : make_uint4(0, 0, 0, 0);
+        else
+          xv = gives ? j.x[(4 * c + t) * 8 + w] : make_uint4(0, 0, 0, 0);
         x0 = __byte_perm(xv.x, xv.z, 0x5410u), x1 = __byte_perm(xv.x, xv.z, 0x7632u);
       }
 #pragma unroll
@@ -156,7 +183,7 @@ __device__ __forceinline__ void use_unit(const Job& j, long long u, int lane, co
         mma_bf16(e, ones, x0, x1);
       }
     }
-    if constexpr (Work >= 2) {
+    if constexpr (scale_mode(Work) != 0) {
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         const float sa = __uint_as_float(q ? r.sw[0] & 0xFFFF0000u : r.sw[0] << 16);
@@ -193,7 +220,7 @@ __global__ void __launch_bounds__(kWarps * 32) stream_kernel(Job j) {
   }
   float acc[4] = {0, 0, 0, 0};
   unsigned fold = 0;
-  Unit a, b;
+  Unit<Work> a, b;
   if (u0 < u1) load_unit<L, Work>(j, u0, lane, a);
   long long u = u0;
   for (; u + 1 < u1; u += 2) {
@@ -271,7 +298,7 @@ void set_smem(int bytes) {
                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-const char* const kWorkName[] = {"load", "mma", "mma+s", "mma+s+x"};
+const char* const kWorkName[] = {"load", "mma", "mma+s", "mma+s+x", "x-pf", "x-il", "s-il+x-il", "s-il"};
 
 }  // namespace
 
@@ -358,24 +385,24 @@ int main(int argc, char** argv) {
           },
           copies, one, chain);
       row(kLayoutName[L], fill ? "fill" : "tiled", occ, fill ? 0 : s.ks, kWorkName[Wk], one,
-          chain, Wk >= 2 ? total : bytes);
+          chain, scale_mode(Wk) != 0 ? total : bytes);
     };
     using RQ = std::integral_constant<int, kRowQuad>;
     using TL = std::integral_constant<int, kTile>;
+    auto levels = [&](auto layout, int bps, bool fill, auto... w) { (run(layout, w, bps, fill), ...); };
     using W0 = std::integral_constant<int, 0>;
     using W1 = std::integral_constant<int, 1>;
     using W2 = std::integral_constant<int, 2>;
     using W3 = std::integral_constant<int, 3>;
-    for (bool fill : {false, true}) {
-      run(RQ{}, W0{}, 2, fill);
-      run(RQ{}, W1{}, 2, fill);
-      run(RQ{}, W2{}, 2, fill);
-      run(RQ{}, W3{}, 2, fill);
-      run(TL{}, W3{}, 2, fill);
-      if (!quick) {
-        run(RQ{}, W3{}, 3, fill);
-        run(TL{}, W3{}, 3, fill);
-      }
+    using W4 = std::integral_constant<int, 4>;
+    using W5 = std::integral_constant<int, 5>;
+    using W6 = std::integral_constant<int, 6>;
+    using W7 = std::integral_constant<int, 7>;
+    levels(RQ{}, 2, false, W0{}, W1{}, W2{}, W3{}, W4{}, W5{}, W6{}, W7{});
+    if (!quick) {
+      levels(TL{}, 2, false, W3{}, W6{});
+      levels(RQ{}, 2, true, W3{}, W6{});
+      levels(RQ{}, 3, false, W3{}, W6{});
     }
     std::fflush(stdout);
   }
