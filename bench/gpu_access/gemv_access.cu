@@ -30,6 +30,8 @@
 // ("one", with its ramp, drain and launch latency) and per launch of 10 back to back ("chain"),
 // each against a plain streaming read of the same copies timed the same way. GB/s counts what
 // the row's work reads (codes, plus scales and biases from mma+s on).
+// Runs 43-44 capped blocks per SM with shared memory for every row, which also shrank the L1
+// (see run()); the scale and x rows of those runs are therefore pessimistic.
 // Run 42 (dev/runs/run42-gemv-access.txt) ran this program's first form: load and mma only,
 // one-launch timing, a third layout (row-sector: lane t's load i at bytes [64 i + 16 t, +16))
 // and 3-4 blocks per SM for all; none of those changed the picture, so they were dropped.
@@ -363,9 +365,13 @@ int main(int argc, char** argv) {
     auto run = [&](auto layout, auto work, int bps, bool fill) {
       constexpr int L = decltype(layout)::value;
       constexpr int Wk = decltype(work)::value;
-      // Dynamic shared memory that lets at most `bps` blocks share an SM.
-      const int smem = static_cast<int>(prop.sharedMemPerMultiprocessor / bps) -
-                       static_cast<int>(prop.reservedSharedMemPerBlock) - 1024;
+      // bps > 0: dynamic shared memory that lets at most `bps` blocks share an SM. That also
+      // shrinks the L1 (the carve-out follows the shared memory asked for: ~32 KB of L1 at 2
+      // blocks of 112 KB), which the scale and x loads hit; bps 0: no shared memory, the
+      // occupancy the registers allow and the whole L1, as the GEMV has.
+      const int smem = bps > 0 ? static_cast<int>(prop.sharedMemPerMultiprocessor / bps) -
+                                     static_cast<int>(prop.reservedSharedMemPerBlock) - 1024
+                               : 0;
       set_smem<L, Wk>(smem);
       int occ = 0;
       CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, stream_kernel<L, Wk>,
@@ -398,12 +404,10 @@ int main(int argc, char** argv) {
     using W5 = std::integral_constant<int, 5>;
     using W6 = std::integral_constant<int, 6>;
     using W7 = std::integral_constant<int, 7>;
-    levels(RQ{}, 2, false, W0{}, W1{}, W2{}, W3{}, W4{}, W5{}, W6{}, W7{});
-    if (!quick) {
-      levels(TL{}, 2, false, W3{}, W6{});
-      levels(RQ{}, 2, true, W3{}, W6{});
-      levels(RQ{}, 3, false, W3{}, W6{});
-    }
+    levels(RQ{}, 0, false, W0{}, W1{}, W2{}, W3{}, W4{}, W5{}, W6{}, W7{});
+    levels(TL{}, 0, false, W3{}, W6{});
+    levels(RQ{}, 0, true, W3{}, W6{});
+    if (!quick) levels(RQ{}, 2, false, W3{}, W6{});
     std::fflush(stdout);
   }
   for (uint4* b : bufs) CHECK(cudaFree(b));
