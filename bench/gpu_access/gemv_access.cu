@@ -7,6 +7,8 @@
 // ring, a deeper register prefetch) made it slower or left it unchanged. That reads as a memory
 // system saturated by the access pattern itself, which only a pure-load kernel can show: this
 // program streams the same bytes with the GEMV's lane mapping and grids, and with alternatives.
+// It found otherwise (runs 42-44, dev/NOTES.md session 22): the stream is near the copy rate;
+// the GEMV's scale / bias and x loads are its loss.
 //
 // Layouts (a chunk = 128 bytes = 256 codes of each of a warp tile's 16 rows; lane (g, t) holds
 // rows g and g + 8, four 16-byte words per chunk):
@@ -82,8 +84,12 @@ struct Job {
 // could write); 6 that and the scales interleaved with the biases (each row's group pair as one
 // 8-byte (scales, biases) word: 2 loads per chunk and lane instead of 4); 7 only the scales
 // interleaved.
-__host__ __device__ constexpr int scale_mode(int w) { return w < 2 ? 0 : (w == 6 || w == 7) ? 2 : 1; }
-__host__ __device__ constexpr int x_mode(int w) { return w < 3 ? 0 : (w == 3 || w == 7) ? 1 : w == 4 ? 3 : 2; }
+__host__ __device__ constexpr int scale_mode(int w) {
+  return w < 2 ? 0 : (w == 6 || w == 7) ? 2 : 1;
+}
+__host__ __device__ constexpr int x_mode(int w) {
+  return w < 3 ? 0 : (w == 3 || w == 7) ? 1 : w == 4 ? 3 : 2;
+}
 
 // What a lane holds of one chunk: the code words of its two rows, the scale and bias pairs of
 // its two groups of each row (as the GEMV's ChunkLoad), and at level 4 its x.
@@ -125,7 +131,8 @@ __device__ __forceinline__ void load_unit(const Job& j, long long u, int lane, U
   if constexpr (x_mode(Work) == 3) {
     const bool gives = g < 4 && t == g;
 #pragma unroll
-    for (int w = 0; w < 8; ++w) r.xv[w] = gives ? j.x[(4 * c + t) * 8 + w] : make_uint4(0, 0, 0, 0);
+    for (int w = 0; w < 8; ++w)
+      r.xv[w] = gives ? j.x[(4 * c + t) * 8 + w] : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -395,7 +402,9 @@ int main(int argc, char** argv) {
     };
     using RQ = std::integral_constant<int, kRowQuad>;
     using TL = std::integral_constant<int, kTile>;
-    auto levels = [&](auto layout, int bps, bool fill, auto... w) { (run(layout, w, bps, fill), ...); };
+    auto levels = [&](auto layout, int bps, bool fill, auto... w) {
+      (run(layout, w, bps, fill), ...);
+    };
     using W0 = std::integral_constant<int, 0>;
     using W1 = std::integral_constant<int, 1>;
     using W2 = std::integral_constant<int, 2>;
