@@ -307,7 +307,8 @@ void set_smem(int bytes) {
                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-const char* const kWorkName[] = {"load", "mma", "mma+s", "mma+s+x", "x-pf", "x-il", "s-il+x-il", "s-il"};
+const char* const kWorkName[] = {"load", "mma",  "mma+s",     "mma+s+x",
+                                 "x-pf", "x-il", "s-il+x-il", "s-il"};
 
 }  // namespace
 
