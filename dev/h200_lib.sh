@@ -10,6 +10,7 @@
 #   prof TAG BINARY MODEL BATCH [ENV...]       per-op device time (MLXCEL_GPU_PROFILE=1)
 #   ncu_step TAG MODEL BATCH [ENV...]          every kernel of a short bench under ncu (clock and
 #                                     cache control off), one decode step's times summarized
+#   gemv_access                       bench_gemv_access (carried in .gpu) into $R/gemv-access.txt
 set -u
 OUT=${OUT:-$PWD/out}
 R=$OUT/r
@@ -125,4 +126,10 @@ for (i, g), m in by.items():
     for k, v in m.items():
         print("  %-78s %s" % (k, v))
 PY
+}
+gemv_access() {
+  unxz_to .gpu/bench_gemv_access.xz .gpu/bench_gemv_access
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$R/steps.log"
+  timeout 200 .gpu/bench_gemv_access > "$R/gemv-access.txt" 2>&1
+  log "bench_gemv_access rc=$?"
 }

@@ -9,8 +9,5 @@
 RUN=43
 BUDGET_S=${BUDGET_S:-200}
 source dev/h200_lib.sh
-unxz_to .gpu/bench_gemv_access.xz .gpu/bench_gemv_access
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$R/steps.log"
-timeout 200 .gpu/bench_gemv_access > "$R/gemv-access.txt" 2>&1
-log "bench_gemv_access rc=$?"
+gemv_access
 pack
