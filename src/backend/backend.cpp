@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <cstdint>
+#include <cstring>
 #include <sstream>
 #include <utility>
 
@@ -82,6 +84,17 @@ Matrix Matrix::expert(std::int64_t e) const {
   if (biases) m.biases = static_cast<const char*>(biases) + static_cast<std::size_t>(e) * expert_stride_s;
   m.expert_stride_w = m.expert_stride_s = 0;
   return m;
+}
+
+void pair_scales(const void* scales, const void* biases, std::size_t groups, std::size_t elem_bytes,
+                 void* out) {
+  const auto* s = static_cast<const std::uint8_t*>(scales);
+  const auto* b = static_cast<const std::uint8_t*>(biases);
+  auto* o = static_cast<std::uint8_t*>(out);
+  for (std::size_t g = 0; g < groups; ++g) {
+    std::memcpy(o + 2 * g * elem_bytes, s + g * elem_bytes, elem_bytes);
+    std::memcpy(o + (2 * g + 1) * elem_bytes, b + g * elem_bytes, elem_bytes);
+  }
 }
 
 std::size_t KvLayout::k_block_bytes() const {

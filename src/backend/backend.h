@@ -88,8 +88,18 @@ struct Matrix {
   int group_size = 0;
   std::int64_t n = 0, k = 0;
   std::size_t expert_stride_w = 0, expert_stride_s = 0;  // bytes; stacked experts only
+  // Affine only: elements from one group's scale to the next group's (and bias to bias). 1: the
+  // checkpoint's two arrays [n, k / gs]; 2: one array of (scale, bias) pairs [n, k / gs, 2],
+  // `scales` at its first element and `biases` one element on (the upload layout of backends
+  // whose wants_paired_scales() is true; expert_stride_s then counts the pairs' bytes).
+  int scale_step = 1;
   Matrix expert(std::int64_t e) const;
 };
+
+// Writes `groups` (scale, bias) pairs of `elem_bytes`-byte elements to `out` (2 * groups
+// elements): pair g = (scales[g], biases[g]), the paired layout of Matrix::scale_step 2.
+void pair_scales(const void* scales, const void* biases, std::size_t groups, std::size_t elem_bytes,
+                 void* out);
 
 // The paged KV pool of one model (runtime/kv_cache.h): one allocation of num_blocks blocks; per
 // block and layer, K [n_kv_heads, block_size, head_dim] then V [n_kv_heads, block_size, v_dim].
@@ -358,6 +368,10 @@ class Backend {
   virtual DType activation_storage(DType act) const = 0;
   // True when weights already in host memory can be used in place (no upload copy).
   virtual bool host_memory_is_device_memory() const = 0;
+  // True when affine weights that are copied to the device anyway should go up with scales and
+  // biases paired (Matrix::scale_step 2; the same bytes): the GPU decode GEMV then fetches a
+  // row's scale and bias of two groups in one load instead of four.
+  virtual bool wants_paired_scales() const { return false; }
 
   // Throws out_of_memory naming the requested and available bytes.
   virtual DeviceBuffer allocate(MemoryKind kind, std::size_t bytes) = 0;

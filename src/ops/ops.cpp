@@ -136,8 +136,24 @@ LinearWeight LinearWeight::upload(Backend& be, std::string name, const Tensor& w
                      " but is not marked quantized");
   }
   m.w = place(be, l.weight_, l.device_);
-  m.scales = place(be, l.scales_, l.device_);
-  m.biases = place(be, l.biases_, l.device_);
+  if (m.mode == QMode::kAffine && l.biases_.defined() && !be.host_memory_is_device_memory() &&
+      be.wants_paired_scales()) {
+    // Scales and biases go up as one array of pairs (Matrix::scale_step 2): the same device
+    // bytes, staged through a host copy that is freed once uploaded.
+    MLXCEL_CHECK(l.biases_.dtype() == l.scales_.dtype() && l.biases_.numel() == l.scales_.numel(),
+                 ErrorCategory::kBadInput,
+                 "'" + l.name_ + "' has biases of another dtype or shape than its scales");
+    const std::size_t es = dtype_size(l.scales_.dtype());
+    Tensor pairs = Tensor::empty(l.scales_.dtype(), {2 * l.scales_.numel()});
+    backend::pair_scales(l.scales_.raw(), l.biases_.raw(),
+                         static_cast<std::size_t>(l.scales_.numel()), es, pairs.raw());
+    m.scales = place(be, pairs, l.device_);
+    m.biases = static_cast<const char*>(m.scales) + es;
+    m.scale_step = 2;
+  } else {
+    m.scales = place(be, l.scales_, l.device_);
+    m.biases = place(be, l.biases_, l.device_);
+  }
   l.bytes_ = l.weight_.nbytes() + (scales.defined() ? l.scales_.nbytes() : 0) +
              (biases.defined() ? l.biases_.nbytes() : 0);
   if (bias.defined()) {
@@ -155,7 +171,11 @@ LinearWeight LinearWeight::upload_stacked(Backend& be, std::string name, const T
   const std::int64_t E = weight.dim(0);
   LinearWeight l = upload(be, std::move(name), weight, scales, biases, quant, in, out);
   l.m_.expert_stride_w = l.weight_.nbytes() / static_cast<std::size_t>(E);
-  l.m_.expert_stride_s = scales.defined() ? l.scales_.nbytes() / static_cast<std::size_t>(E) : 0;
+  // Paired scales (scale_step 2) hold each expert's biases beside its scales.
+  l.m_.expert_stride_s = scales.defined()
+                             ? l.scales_.nbytes() * static_cast<std::size_t>(l.m_.scale_step) /
+                                   static_cast<std::size_t>(E)
+                             : 0;
   return l;
 }
 

@@ -198,10 +198,21 @@ Matrix upload_matrix(Backend& be, DeviceMem& mem, const HostMatrix& h) {
     m.scales = mem.raw(be, h.scales.data(), h.scales.size());
     m.scales_dtype = h.f.mode == QMode::kAffine ? h.f.dtype : DType::kU8;
   }
-  if (!h.biases.empty()) m.biases = mem.raw(be, h.biases.data(), h.biases.size());
+  if (!h.biases.empty() && be.wants_paired_scales()) {
+    // As the op layer uploads affine weights to such backends (ops::LinearWeight::upload).
+    const std::size_t es = dtype_size(h.f.dtype);
+    std::vector<std::uint8_t> pairs(2 * h.scales.size());
+    backend::pair_scales(h.scales.data(), h.biases.data(), h.scales.size() / es, es, pairs.data());
+    m.scales = mem.raw(be, pairs.data(), pairs.size());
+    m.biases = static_cast<const char*>(m.scales) + es;
+    m.scale_step = 2;
+  } else if (!h.biases.empty()) {
+    m.biases = mem.raw(be, h.biases.data(), h.biases.size());
+  }
   if (h.experts > 1) {
     m.expert_stride_w = h.w.size() / static_cast<std::size_t>(h.experts);
-    m.expert_stride_s = h.scales.size() / static_cast<std::size_t>(h.experts);
+    m.expert_stride_s = h.scales.size() * static_cast<std::size_t>(m.scale_step) /
+                        static_cast<std::size_t>(h.experts);
   }
   return m;
 }

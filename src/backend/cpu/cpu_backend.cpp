@@ -58,7 +58,14 @@ std::uint32_t packed_code(const std::uint8_t* r, std::int64_t j, int bits) {
   return (v >> s) & ((1u << bits) - 1u);
 }
 
+// The CPU reads the checkpoint's layout (it never asks for paired scales).
+void check_unpaired(const Matrix& m) {
+  MLXCEL_CHECK(m.scale_step == 1, ErrorCategory::kInternal,
+               "cpu: a matrix with paired scales (a GPU upload layout) reached the CPU backend");
+}
+
 QWeight qweight(const Matrix& m) {
+  check_unpaired(m);
   QWeight q;
   q.w = static_cast<const std::uint32_t*>(m.w);
   q.scales = m.scales;
@@ -143,6 +150,7 @@ void CpuBackend::copy(void* dst, const void* src, std::size_t bytes, CopyKind) {
 
 void CpuBackend::embed(const EmbedArgs& a) {
   const Matrix& t = a.table;
+  check_unpaired(t);
   const std::int64_t dim = t.k;
   for (std::int64_t i = 0; i < a.n; ++i) {
     const std::int32_t id = a.host_ids[i];

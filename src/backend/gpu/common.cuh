@@ -45,6 +45,24 @@ __device__ __forceinline__ float load_code(const void* p, int code, std::int64_t
   if (code == 2) return static_cast<const f16*>(p)[i].to_float();
   return static_cast<const float*>(p)[i];
 }
+// Elements i and i + 1 (i even, so the two are one aligned 4- or 8-byte word) in one load: a
+// paired (scale, bias) of backend::Matrix::scale_step 2.
+__device__ __forceinline__ void load_code_pair(const void* p, int code, std::int64_t i, float& a,
+                                               float& b) {
+  if (code == 0) {
+    const float2 v = *reinterpret_cast<const float2*>(static_cast<const float*>(p) + i);
+    a = v.x, b = v.y;
+    return;
+  }
+  const std::uint32_t w =
+      *reinterpret_cast<const std::uint32_t*>(static_cast<const std::uint16_t*>(p) + i);
+  if (code == 1) {
+    a = __uint_as_float(w << 16), b = __uint_as_float(w & 0xFFFF0000u);
+  } else {
+    a = f16::from_bits(static_cast<std::uint16_t>(w & 0xFFFFu)).to_float();
+    b = f16::from_bits(static_cast<std::uint16_t>(w >> 16)).to_float();
+  }
+}
 
 // --- Weight formats -------------------------------------------------------------------------
 // One kernel instance per format: dense in a float dtype, affine 2..8 bits, and the fp modes.
@@ -143,10 +161,19 @@ struct WView {
   const void* scales = nullptr;
   const void* biases = nullptr;
   int scales_code = 0;
+  int scale_step = 1;  // backend::Matrix::scale_step: 2 where scales and biases are paired
   int group_size = 0;
   std::int64_t n = 0, k = 0;
   std::size_t expert_stride_w = 0, expert_stride_s = 0;
 };
+
+// Whether m's scale layout is one the kernels read: the checkpoint's (scale_step 1) or affine
+// (scale, bias) pairs with biases one element after scales (scale_step 2).
+inline bool paired_scales_ok(const backend::Matrix& m) {
+  if (m.scale_step == 1) return true;
+  return m.scale_step == 2 && m.mode == backend::QMode::kAffine && m.scales &&
+         m.biases == static_cast<const char*>(m.scales) + dtype_size(m.scales_dtype);
+}
 
 inline WView wview(const backend::Matrix& m) {
   WView v;
@@ -154,6 +181,7 @@ inline WView wview(const backend::Matrix& m) {
   v.scales = m.scales;
   v.biases = m.biases;
   v.scales_code = float_code(m.scales_dtype);
+  v.scale_step = m.scale_step;
   v.group_size = m.group_size;
   v.n = m.n;
   v.k = m.k;
@@ -166,8 +194,9 @@ inline WView wview(const backend::Matrix& m) {
 // LSB-first into uint32 words, so 32 codes of `bits` bits are exactly `bits` words.
 template <int F>
 __device__ __forceinline__ void decode_unit(const void* w, const void* scales, const void* biases,
-                                            int scales_code, int group_size, std::int64_t k,
-                                            std::int64_t n, std::int64_t u, float (&v)[32]) {
+                                            int scales_code, int scale_step, int group_size,
+                                            std::int64_t k, std::int64_t n, std::int64_t u,
+                                            float (&v)[32]) {
   if constexpr (fmt_dense(F)) {
     using T =
         std::conditional_t<F == kDenseF32, float, std::conditional_t<F == kDenseF16, f16, bf16>>;
@@ -185,9 +214,14 @@ __device__ __forceinline__ void decode_unit(const void* w, const void* scales, c
     for (int i = 0; i < B; ++i) wd[i] = row[i];
     float s0, s1, b0 = 0.0f, b1 = 0.0f;
     if constexpr (fmt_affine(F)) {
-      const std::int64_t g = n * (k / group_size) + (u * 32) / group_size;
-      s0 = s1 = load_code(scales, scales_code, g);
-      b0 = b1 = load_code(biases, scales_code, g);
+      const std::int64_t g = (n * (k / group_size) + (u * 32) / group_size) * scale_step;
+      if (scale_step == 2) {  // paired: scale and bias in one load
+        load_code_pair(scales, scales_code, g, s0, b0);
+      } else {
+        s0 = load_code(scales, scales_code, g);
+        b0 = load_code(biases, scales_code, g);
+      }
+      s1 = s0, b1 = b0;
     } else if constexpr (F == kNvfp4) {
       const auto* s = static_cast<const std::uint8_t*>(scales) + n * (k / 16) + 2 * u;
       s0 = e4m3_value(s[0]);

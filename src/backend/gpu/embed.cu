@@ -46,7 +46,7 @@ __global__ void embed_kernel(EmbedParams p) {
       v = load_code(p.t.w, p.w_code, id * dim + k);
     } else if (mode == backend::QMode::kAffine) {
       // mx.dequantize rounds scale * q and then + bias to the scales dtype.
-      const std::int64_t g = id * (dim / p.t.group_size) + k / p.t.group_size;
+      const std::int64_t g = (id * (dim / p.t.group_size) + k / p.t.group_size) * p.t.scale_step;
       const int sc = p.t.scales_code;
       const int r = sc == 1 ? kRoundBf16 : sc == 2 ? kRoundF16 : kRoundNone;
       const float s = load_code(p.t.scales, sc, g), b = load_code(p.t.biases, sc, g);
@@ -84,6 +84,8 @@ void embed(const backend::EmbedArgs& a, const Stream& s) {
     throw_error(ErrorCategory::kUnsupported, std::string("embed: no GPU kernel for table format ") +
                                                  backend::qmode_name(t.mode) +
                                                  "; run with --device cpu");
+  MLXCEL_CHECK(paired_scales_ok(t), ErrorCategory::kInternal,
+               "embed: paired scales need an affine table with biases one element after scales");
   EmbedParams p;
   p.ids = a.ids;
   p.t = wview(t);

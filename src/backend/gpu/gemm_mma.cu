@@ -120,7 +120,8 @@ __device__ __forceinline__ void stage_slice(Tiles<T>& sm, const LinParams& p, co
   const std::int64_t n = nb + col, u = k0 / 32 + half;
   float v[32];
   if (n < p.w.n && u < units) {
-    decode_unit<F>(wp.w, wp.scales, wp.biases, p.w.scales_code, p.w.group_size, k, n, u, v);
+    decode_unit<F>(wp.w, wp.scales, wp.biases, p.w.scales_code, p.w.scale_step, p.w.group_size, k,
+                   n, u, v);
   } else {
 #pragma unroll
     for (int j = 0; j < 32; ++j) v[j] = 0.0f;

@@ -63,6 +63,14 @@ GpuBackend::~GpuBackend() {
   timer_.reset();  // prints the profile
 }
 
+// Off by default until measured: written in session 23, when no GPU was lent, so no kernel has
+// read the paired layout on a device yet (dev/h200_run46.sh runs the tests under both layouts,
+// compares their bits and benchmarks them; dev/NOTES.md "Session 23").
+bool GpuBackend::wants_paired_scales() const {
+  static const bool on = env_int("MLXCEL_GPU_PAIRED_SCALES", 0) != 0;
+  return on;
+}
+
 bool GpuBackend::supports(const OpSignature& sig) const {
   if (sig.op < Op::kCount && disabled_[static_cast<int>(sig.op)]) return false;
   if (sig.act != DType::kF32 && sig.act != DType::kBF16 && sig.act != DType::kF16) return false;

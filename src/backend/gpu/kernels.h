@@ -76,7 +76,8 @@ void linear_experts(const ExpertLinear& a, const Stream& s);  // linear.cu
 // data pointers differ).
 inline bool same_layout(const backend::Matrix& a, const backend::Matrix& b) {
   return a.mode == b.mode && a.bits == b.bits && a.group_size == b.group_size &&
-         a.w_dtype == b.w_dtype && a.scales_dtype == b.scales_dtype && a.n == b.n && a.k == b.k &&
+         a.w_dtype == b.w_dtype && a.scales_dtype == b.scales_dtype &&
+         a.scale_step == b.scale_step && a.n == b.n && a.k == b.k &&
          a.expert_stride_w == b.expert_stride_w && a.expert_stride_s == b.expert_stride_s;
 }
 

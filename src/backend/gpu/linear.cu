@@ -49,7 +49,8 @@ __global__ void gemv_kernel(LinParams p) {
   const std::int64_t k = p.w.k, units = (k + 31) / 32;
   for (std::int64_t u = lane; u < units; u += MLXCEL_WARP_SIZE) {
     float v[32];
-    decode_unit<F>(wp.w, wp.scales, wp.biases, p.w.scales_code, p.w.group_size, k, n, u, v);
+    decode_unit<F>(wp.w, wp.scales, wp.biases, p.w.scales_code, p.w.scale_step, p.w.group_size, k,
+                   n, u, v);
 #pragma unroll
     for (int i = 0; i < kGemvRows; ++i) {
       if (i < mc) {
@@ -126,9 +127,14 @@ __device__ __forceinline__ void load_qunit(QUnit<F>& q, const WPtrs& wp, const W
   q.b = 0.0f;
   if constexpr (fmt_affine(F)) {
     const std::int64_t g =
-        n * gi.per_row + (gi.shift >= 0 ? u >> gi.shift : (u * 32) / v.group_size);
-    q.s0 = q.s1 = load_code(wp.scales, v.scales_code, g);
-    q.b = load_code(wp.biases, v.scales_code, g);
+        (n * gi.per_row + (gi.shift >= 0 ? u >> gi.shift : (u * 32) / v.group_size)) * v.scale_step;
+    if (v.scale_step == 2) {  // paired: scale and bias in one load
+      load_code_pair(wp.scales, v.scales_code, g, q.s0, q.b);
+      q.s1 = q.s0;
+    } else {
+      q.s0 = q.s1 = load_code(wp.scales, v.scales_code, g);
+      q.b = load_code(wp.biases, v.scales_code, g);
+    }
   } else if constexpr (F == kNvfp4) {
     const auto* sc = static_cast<const std::uint8_t*>(wp.scales) + n * (k / 16) + 2 * u;
     q.s0 = e4m3_value(sc[0]);
@@ -383,7 +389,8 @@ __global__ void gemm_kernel(LinParams p) {
       const std::int64_t n = nb + tid;
       float v[32];
       if (n < p.w.n) {
-        decode_unit<F>(p.w.w, p.w.scales, p.w.biases, p.w.scales_code, p.w.group_size, k, n, u, v);
+        decode_unit<F>(p.w.w, p.w.scales, p.w.biases, p.w.scales_code, p.w.scale_step,
+                       p.w.group_size, k, n, u, v);
       } else {
 #pragma unroll
         for (int j = 0; j < 32; ++j) v[j] = 0.0f;
@@ -543,6 +550,9 @@ LinParams lin_params(const ExpertLinear& a, int& fmt) {
                     "; run with --device cpu");
   MLXCEL_CHECK(a.x.dtype == a.y.dtype && a.x.cols == m.k && a.y.cols == m.n,
                ErrorCategory::kInternal, "gpu linear: x / y dtype or shape mismatch");
+  MLXCEL_CHECK(
+      paired_scales_ok(m), ErrorCategory::kInternal,
+      "gpu linear: paired scales need an affine matrix with biases one element after scales");
   MLXCEL_CHECK(!a.norm_weight || (!a.experts && a.x_div == 1 && a.norm_src.rows == rows &&
                                    a.norm_src.cols == m.k && a.norm_src.dtype == a.x.dtype),
                ErrorCategory::kInternal, "gpu linear: norm source shape");

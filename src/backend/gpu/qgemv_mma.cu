@@ -205,15 +205,15 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_kernel(MmaParams mp) {
   wait_previous_kernel();
   __shared__ float red[kWarps * 4 * MLXCEL_WARP_SIZE];
   const LaneWork<T, WPL> lw(mp);
-  const int code = mp.p.w.scales_code;
+  const int code = mp.p.w.scales_code, step = mp.p.w.scale_step;
   auto load_group = [&](GroupRegs<WPL>& r, std::int64_t q) {
     load_words<WPL>(lw.wa + q * lw.kGroupWords, r.wa);
     load_words<WPL>(lw.wb + q * lw.kGroupWords, r.wb);
     lw.load_x(r.x, q);
-    r.sa = load_code(lw.wp.scales, code, lw.na * lw.G + q);
-    r.ba = load_code(lw.wp.biases, code, lw.na * lw.G + q);
-    r.sb = load_code(lw.wp.scales, code, lw.nb * lw.G + q);
-    r.bb = load_code(lw.wp.biases, code, lw.nb * lw.G + q);
+    r.sa = load_code(lw.wp.scales, code, (lw.na * lw.G + q) * step);
+    r.ba = load_code(lw.wp.biases, code, (lw.na * lw.G + q) * step);
+    r.sb = load_code(lw.wp.scales, code, (lw.nb * lw.G + q) * step);
+    r.bb = load_code(lw.wp.biases, code, (lw.nb * lw.G + q) * step);
   };
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   std::int64_t q = lw.q_begin;
@@ -253,7 +253,12 @@ __device__ __forceinline__ float code_value(std::uint32_t word, int code, std::i
 template <int GW>
 struct ChunkLoad {
   std::uint32_t ra[GW], rb[GW];  // code words of rows na, nb
-  std::uint32_t sw[8];  // scale / bias words of rows na, nb: 16-bit pairs in 0-3, f32 in 0-7
+  // Scale / bias words of rows na, nb. Two arrays: 16-bit (scale, scale) / (bias, bias) pairs of
+  // groups (j0, j0 + 1) in 0-3 (sa, ba, sb, bb), f32 in 0-7 (group j0 in 0-3, j0 + 1 in 4-7).
+  // Paired (PS): 16-bit (scale, bias) words of groups j0, j0 + 1 of row na in 0-1, nb in 2-3;
+  // f32 s, b, s, b of row na in 0-3, nb in 4-7.
+  std::uint32_t sw[8];
+  uint4 x[GW];  // XP: this lane's x words of the chunk (zero where it gives none)
 };
 
 // Instruction count (session 21, dev/NOTES.md): the loop is one LOP3 and a shift per code pair
@@ -284,6 +289,26 @@ __device__ __forceinline__ float scale_at(std::uint32_t lo, std::uint32_t hi, in
   }
 }
 
+// PS: the (scale, bias) of group j0 + u of row r (0: na, 1: nb) from a chunk's paired words.
+template <typename T, bool NS>
+__device__ __forceinline__ void paired_at(const std::uint32_t (&sw)[8], int code, int r, int u,
+                                          float& s, float& b) {
+  if (!NS && code == 0) {
+    s = __uint_as_float(sw[4 * r + 2 * u]);
+    b = __uint_as_float(sw[4 * r + 2 * u + 1]);
+  } else {
+    s = scale_at<T, NS>(sw[2 * r + u], 0u, code, 0);
+    b = scale_at<T, NS>(sw[2 * r + u], 0u, code, 1);
+  }
+}
+
+// PS (paired scales, backend::Matrix::scale_step 2): a row's (scale, bias) of the lane's two
+// groups are one 8-byte (16-byte for f32) load instead of four 4-byte (8-byte) ones; the
+// arithmetic is the same, so are the bits. Run 43's access bench put ~6 us of the 8B gate_up's
+// ~39 on the four scale loads (L1 wavefronts, each touching 8 rows' lines).
+// XP (with PF): x's words of chunk c + 1 load with its codes, a chunk ahead, instead of inside
+// chunk c + 1's math (run 44's access bench: gate_up -10 %); x is the previous kernel's output,
+// so the first chunk's x loads only after the grid wait. Same arithmetic, same bits.
 // PF (one column set): chunk c + 1 loads into registers while chunk c is computed; only the
 // load timing differs, so the bits are the same. Not with two sets, where it takes too many
 // registers (batch 16: 1,245 -> 785 tok/s, run 27).
@@ -291,9 +316,10 @@ __device__ __forceinline__ float scale_at(std::uint32_t lo, std::uint32_t hi, in
 // matrix's (p.pair_*), the same columns of the same rows, so a MoE step's gate and up products
 // are one launch (their fixed costs paid once). Each output's arithmetic is that of the
 // unpaired launch: same matrix shape, same K split.
-template <typename T, int WPL, int NP, bool Pair, bool NS>
+template <typename T, int WPL, int NP, bool Pair, bool NS, bool PS, bool XP>
 __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   constexpr bool PF = NP == 1;
+  static_assert(!XP || PF, "x loads a chunk ahead only with the prefetching form");
   __shared__ float red[kWarps * 4 * NP * MLXCEL_WARP_SIZE];
   const LinParams& p = mp.p;
   constexpr int GW = 4 * WPL;  // words (and x uint4) of one group row
@@ -327,16 +353,18 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
   const std::int64_t nb = n0 + g + 8 < n_last ? n0 + g + 8 : n_last;
   const std::int64_t row_words = p.w.k / 8;
   // Row bases: codes in uint4 (a group row is WPL of them), scales and biases in pairs of
-  // elements (4 or 8 bytes: G is even, so a lane's two groups are one aligned pair).
+  // elements (4 or 8 bytes: G is even, so a lane's two groups are one aligned pair); paired,
+  // a row's G (scale, bias) pairs start at sa / sb (ba, bb unused).
   const uint4* wa = reinterpret_cast<const uint4*>(static_cast<const std::uint32_t*>(wp.w) +
                                                    na * row_words);
   const uint4* wb = reinterpret_cast<const uint4*>(static_cast<const std::uint32_t*>(wp.w) +
                                                    nb * row_words);
   const int code = NS ? (std::is_same_v<T, bf16> ? 1 : 2) : p.w.scales_code;
   const int es = code == 0 ? 4 : 2;  // bytes per scale
-  const char* sa = static_cast<const char*>(wp.scales) + na * G * es;
+  constexpr int kStep = PS ? 2 : 1;
+  const char* sa = static_cast<const char*>(wp.scales) + na * G * es * kStep;
   const char* ba = static_cast<const char*>(wp.biases) + na * G * es;
-  const char* sb = static_cast<const char*>(wp.scales) + nb * G * es;
+  const char* sb = static_cast<const char*>(wp.scales) + nb * G * es * kStep;
   const char* bb = static_cast<const char*>(wp.biases) + nb * G * es;
   // B column g of column set q: row 2 q + g / 4 over group offset g % 4; lane (g, t) gives it
   // nonzero x only when t == g % 4.
@@ -371,7 +399,18 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
       l.rb[4 * i] = vb.x, l.rb[4 * i + 1] = vb.y, l.rb[4 * i + 2] = vb.z, l.rb[4 * i + 3] = vb.w;
     }
     const int sp = min(2 * c + (t % 2), G / 2 - 1);  // the pair's index
-    if (code == 0) {
+    if constexpr (PS) {
+      if (!NS && code == 0) {
+        const uint4 x0 = reinterpret_cast<const uint4*>(sa)[sp];
+        const uint4 x1 = reinterpret_cast<const uint4*>(sb)[sp];
+        l.sw[0] = x0.x, l.sw[1] = x0.y, l.sw[2] = x0.z, l.sw[3] = x0.w;
+        l.sw[4] = x1.x, l.sw[5] = x1.y, l.sw[6] = x1.z, l.sw[7] = x1.w;
+      } else {
+        const uint2 x0 = reinterpret_cast<const uint2*>(sa)[sp];
+        const uint2 x1 = reinterpret_cast<const uint2*>(sb)[sp];
+        l.sw[0] = x0.x, l.sw[1] = x0.y, l.sw[2] = x1.x, l.sw[3] = x1.y;
+      }
+    } else if (code == 0) {
       const uint2 x0 = reinterpret_cast<const uint2*>(sa)[sp];
       const uint2 x1 = reinterpret_cast<const uint2*>(ba)[sp];
       const uint2 x2 = reinterpret_cast<const uint2*>(sb)[sp];
@@ -385,16 +424,29 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
       l.sw[3] = reinterpret_cast<const std::uint32_t*>(bb)[sp];
     }
   };
+  // XP: chunk c's x words (lane t's group 4c + t of its one row; zero past G or where it gives
+  // none).
+  auto load_x = [&](int c, ChunkLoad<GW>& l) {
+    const int grp = 4 * c + t;
+    const bool on = gives[0] && grp < G;
+#pragma unroll
+    for (int w = 0; w < GW; ++w) l.x[w] = on ? xrow[0][grp * GW + w] : make_uint4(0, 0, 0, 0);
+  };
   auto apply_chunk = [&](int c, const ChunkLoad<GW>& l) {
     const int grp = 4 * c + t;  // this lane's group
     const bool valid = grp < G;
     float s_a[2], b_a[2], s_b[2], b_b[2];
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
-      s_a[u] = scale_at<T, NS>(l.sw[0], l.sw[4], code, u);
-      b_a[u] = scale_at<T, NS>(l.sw[1], l.sw[5], code, u);
-      s_b[u] = scale_at<T, NS>(l.sw[2], l.sw[6], code, u);
-      b_b[u] = scale_at<T, NS>(l.sw[3], l.sw[7], code, u);
+      if constexpr (PS) {
+        paired_at<T, NS>(l.sw, code, 0, u, s_a[u], b_a[u]);
+        paired_at<T, NS>(l.sw, code, 1, u, s_b[u], b_b[u]);
+      } else {
+        s_a[u] = scale_at<T, NS>(l.sw[0], l.sw[4], code, u);
+        b_a[u] = scale_at<T, NS>(l.sw[1], l.sw[5], code, u);
+        s_b[u] = scale_at<T, NS>(l.sw[2], l.sw[6], code, u);
+        b_b[u] = scale_at<T, NS>(l.sw[3], l.sw[7], code, u);
+      }
     }
     float d[NP][4], e[NP][4];
 #pragma unroll
@@ -405,8 +457,12 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
     for (int w = 0; w < GW; ++w) {
       uint4 xv[NP];
 #pragma unroll
-      for (int q = 0; q < NP; ++q)
-        xv[q] = gives[q] && valid ? xrow[q][grp * GW + w] : make_uint4(0, 0, 0, 0);
+      for (int q = 0; q < NP; ++q) {
+        if constexpr (XP)
+          xv[q] = l.x[w];
+        else
+          xv[q] = gives[q] && valid ? xrow[q][grp * GW + w] : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const std::uint32_t a[4] = {code_pair_lop3(l.ra[w], 2 * h, magic),
@@ -441,11 +497,17 @@ __global__ void __launch_bounds__(kThreads) qgemv_mma_gpl_kernel(MmaParams mp) {
     if (c_begin < c_end) load_chunk(c_begin, l0);
     if (!p.experts) gpu_grid_wait();
     gpu_grid_release();
+    if constexpr (XP) {
+      if (c_begin < c_end) load_x(c_begin, l0);
+    }
     int c = c_begin;
     for (; c + 1 < c_end; c += 2) {
       load_chunk(c + 1, l1);
+      if constexpr (XP) load_x(c + 1, l1);
       apply_chunk(c, l0);
-      load_chunk(c + 2 < c_end ? c + 2 : c + 1, l0);
+      const int next = c + 2 < c_end ? c + 2 : c + 1;
+      load_chunk(next, l0);
+      if constexpr (XP) load_x(next, l0);
       apply_chunk(c + 1, l1);
     }
     if (c < c_end) apply_chunk(c, l0);
@@ -539,6 +601,13 @@ Plan plan_of(const LinParams& p) {
   return pl;
 }
 
+// MLXCEL_GPU_QGEMV_XPF=1: x loaded a chunk ahead (XP). Off until measured (session 23 had no
+// GPU); per process, so batch invariance holds.
+bool xp_on() {
+  static const bool on = env_int("MLXCEL_GPU_QGEMV_XPF", 0) != 0;
+  return on;
+}
+
 bool mma_on(const Stream& s) {
   static const bool on = env_int("MLXCEL_GPU_QGEMV_MMA", 1) != 0;
   return on && mma_capable(s.device());
@@ -570,22 +639,34 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
       const unsigned row_blocks = blocks_for(p.m, p.experts ? 1 : 2 * np);
       // NS: the scales in the activation dtype (as MLX stores them), decoded inline.
       const bool ns = p.w.scales_code == (std::is_same_v<T, bf16> ? 1 : 2);
+      // PS: scales and biases paired (as the op layer uploads them to GPUs).
+      const bool ps = p.w.scale_step == 2;
       auto by_np = [&](auto wpl) {
         constexpr int W = decltype(wpl)::value;
-        auto go = [&](auto nsc) {
-          constexpr bool NS = decltype(nsc)::value;
-          if (pair) {
-            mp.pair_blocks = col_blocks;
-            return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, NS>, mp, 2 * col_blocks,
-                               row_blocks, s);
-          }
+        auto go = [&](auto nsc, auto psc) {
+          constexpr bool NS = decltype(nsc)::value, PS = decltype(psc)::value;
           if (np == 2)
-            return launch_grid(qgemv_mma_gpl_kernel<T, W, 2, false, NS>, mp, col_blocks,
+            return launch_grid(qgemv_mma_gpl_kernel<T, W, 2, false, NS, PS, false>, mp, col_blocks,
                                row_blocks, s);
-          launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, NS>, mp, col_blocks, row_blocks, s);
+          auto one_set = [&](auto xpc) {
+            constexpr bool XP = decltype(xpc)::value;
+            if (pair) {
+              mp.pair_blocks = col_blocks;
+              return launch_grid(qgemv_mma_gpl_kernel<T, W, 1, true, NS, PS, XP>, mp,
+                                 2 * col_blocks, row_blocks, s);
+            }
+            launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, NS, PS, XP>, mp, col_blocks,
+                        row_blocks, s);
+          };
+          if (xp_on()) return one_set(std::true_type{});
+          one_set(std::false_type{});
         };
-        if (ns) return go(std::true_type{});
-        go(std::false_type{});
+        auto by_ps = [&](auto nsc) {
+          if (ps) return go(nsc, std::true_type{});
+          go(nsc, std::false_type{});
+        };
+        if (ns) return by_ps(std::true_type{});
+        by_ps(std::false_type{});
       };
       if (gs == 32)
         by_np(std::integral_constant<int, 1>{});
