@@ -83,16 +83,17 @@ struct Job {
 // giving x read 64 contiguous bytes per load, one L1 wavefront instead of 4: what x's producer
 // could write); 6 that and the scales interleaved with the biases (each row's group pair as one
 // 8-byte (scales, biases) word: 2 loads per chunk and lane instead of 4); 7 only the scales
-// interleaved.
+// interleaved; 8 the scales interleaved and x a chunk ahead (the GEMV under
+// MLXCEL_GPU_PAIRED_SCALES=1 MLXCEL_GPU_QGEMV_XPF=1, session 23).
 __host__ __device__ constexpr int scale_mode(int w) {
-  return w < 2 ? 0 : (w == 6 || w == 7) ? 2 : 1;
+  return w < 2 ? 0 : (w == 6 || w == 7 || w == 8) ? 2 : 1;
 }
 __host__ __device__ constexpr int x_mode(int w) {
-  return w < 3 ? 0 : (w == 3 || w == 7) ? 1 : w == 4 ? 3 : 2;
+  return w < 3 ? 0 : (w == 3 || w == 7) ? 1 : (w == 4 || w == 8) ? 3 : 2;
 }
 
 // What a lane holds of one chunk: the code words of its two rows, the scale and bias pairs of
-// its two groups of each row (as the GEMV's ChunkLoad), and at level 4 its x.
+// its two groups of each row (as the GEMV's ChunkLoad), and at levels 4 and 8 its x.
 template <int Work>
 struct Unit {
   uint4 v[4];
@@ -308,7 +309,7 @@ void set_smem(int bytes) {
 }
 
 const char* const kWorkName[] = {"load", "mma",  "mma+s",     "mma+s+x",
-                                 "x-pf", "x-il", "s-il+x-il", "s-il"};
+                                 "x-pf", "x-il", "s-il+x-il", "s-il", "s-il+x-pf"};
 
 }  // namespace
 
@@ -414,7 +415,8 @@ int main(int argc, char** argv) {
     using W5 = std::integral_constant<int, 5>;
     using W6 = std::integral_constant<int, 6>;
     using W7 = std::integral_constant<int, 7>;
-    levels(RQ{}, 0, false, W0{}, W1{}, W2{}, W3{}, W4{}, W5{}, W6{}, W7{});
+    using W8 = std::integral_constant<int, 8>;
+    levels(RQ{}, 0, false, W0{}, W1{}, W2{}, W3{}, W4{}, W5{}, W6{}, W7{}, W8{});
     levels(TL{}, 0, false, W3{}, W6{});
     levels(RQ{}, 0, true, W3{}, W6{});
     if (!quick) levels(RQ{}, 2, false, W3{}, W6{});
