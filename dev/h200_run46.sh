@@ -26,6 +26,9 @@ run_tests $P
 run_tests $P $X
 same_bits "" "$P"
 same_bits "" "$P $X"
+# The op layer's upload under pairing (LinearWeight::upload), end to end against the CPU.
+late "selftest" || { env $P $X timeout 100 .gpu/mlxcel selftest --device gpu \
+  > "$R/selftest.log" 2>&1; log "selftest paired+xpf rc=$? $(tail -1 "$R/selftest.log")"; }
 synth_all
 b 8b .gpu/mlxcel llama-3.1-8b 1 3
 b 8b-paired .gpu/mlxcel llama-3.1-8b 1 3 $P

@@ -194,10 +194,7 @@ Matrix upload_matrix(Backend& be, DeviceMem& mem, const HostMatrix& h) {
   m.k = h.k;
   m.w = mem.raw(be, h.w.data(), h.w.size());
   m.w_dtype = h.f.mode == QMode::kNone ? h.f.dtype : DType::kU32;
-  if (!h.scales.empty()) {
-    m.scales = mem.raw(be, h.scales.data(), h.scales.size());
-    m.scales_dtype = h.f.mode == QMode::kAffine ? h.f.dtype : DType::kU8;
-  }
+  if (!h.scales.empty()) m.scales_dtype = h.f.mode == QMode::kAffine ? h.f.dtype : DType::kU8;
   if (!h.biases.empty() && be.wants_paired_scales()) {
     // As the op layer uploads affine weights to such backends (ops::LinearWeight::upload).
     const std::size_t es = dtype_size(h.f.dtype);
@@ -206,8 +203,9 @@ Matrix upload_matrix(Backend& be, DeviceMem& mem, const HostMatrix& h) {
     m.scales = mem.raw(be, pairs.data(), pairs.size());
     m.biases = static_cast<const char*>(m.scales) + es;
     m.scale_step = 2;
-  } else if (!h.biases.empty()) {
-    m.biases = mem.raw(be, h.biases.data(), h.biases.size());
+  } else {
+    if (!h.scales.empty()) m.scales = mem.raw(be, h.scales.data(), h.scales.size());
+    if (!h.biases.empty()) m.biases = mem.raw(be, h.biases.data(), h.biases.size());
   }
   if (h.experts > 1) {
     m.expert_stride_w = h.w.size() / static_cast<std::size_t>(h.experts);
