@@ -15,7 +15,7 @@
 # batch 16 +2-4 %, prefill within +-2 %; (3) paired + XPF another +3-6 % on the 8B, 0.6B / 30B
 # +0-3 % (their GEMVs are short).
 RUN=46
-BUDGET_S=${BUDGET_S:-420}
+BUDGET_S=${BUDGET_S:-440}
 source dev/h200_lib.sh
 for f in mlxcel test_backend_ops; do unxz_to .gpu/$f.xz .gpu/$f; done
 gemv_access
@@ -46,4 +46,11 @@ ncu_counters paired "qgemv_mma_gpl_kernel" 4 $P
 ncu_counters paired-xpf "qgemv_mma_gpl_kernel" 4 $P $X
 b 8b-again .gpu/mlxcel llama-3.1-8b 1 3
 b 8b-paired-again .gpu/mlxcel llama-3.1-8b 1 3 $P
+# Session 24: the SIMT qgemv's per-unit layout branch (session 23's review), and where the
+# 0.6B's step goes now (its last ncu step table is run 25's).
+b 8b-simt .gpu/mlxcel llama-3.1-8b 1 2 MLXCEL_GPU_QGEMV_MMA=0
+b 8b-simt-paired .gpu/mlxcel llama-3.1-8b 1 2 MLXCEL_GPU_QGEMV_MMA=0 $P
+ncu_step 0.6b qwen3-0.6b 1
+ncu_step 0.6b-paired qwen3-0.6b 1 $P
+ncu_step 30b-paired qwen3-30b-a3b 1 $P
 pack
