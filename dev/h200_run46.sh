@@ -14,6 +14,7 @@
 # +5-8 % paired (gate_up ~39 -> ~35 us, down ~20 -> ~18.5, lm_head -10 %), 0.6B and 30B +3-5 %,
 # batch 16 +2-4 %, prefill within +-2 %; (3) paired + XPF another +3-6 % on the 8B, 0.6B / 30B
 # +0-3 % (their GEMVs are short).
+# Session 24 adds MLXCEL_GPU_NORM_EARLY_W=1 (same bits; predicted 0.6B +1-3 %, 8B +0-1 %).
 RUN=46
 BUDGET_S=${BUDGET_S:-440}
 source dev/h200_lib.sh
@@ -26,6 +27,10 @@ run_tests $P
 run_tests $P $X
 same_bits "" "$P"
 same_bits "" "$P $X"
+# Session 24: the norm kernels' fp32 weight loaded before the grid wait (a constant).
+E=MLXCEL_GPU_NORM_EARLY_W=1
+run_tests $E
+same_bits "" "$E"
 # The op layer's upload under pairing (LinearWeight::upload), end to end against the CPU.
 late "selftest" || { env $P $X timeout 100 .gpu/mlxcel selftest --device gpu \
   > "$R/selftest.log" 2>&1; log "selftest paired+xpf rc=$? $(tail -1 "$R/selftest.log")"; }
@@ -39,6 +44,10 @@ for m in 0.6b:qwen3-0.6b 30b:qwen3-30b-a3b; do
   b ${m%%:*}-paired .gpu/mlxcel ${m#*:} 1 3 $P
   b ${m%%:*}-paired-xpf .gpu/mlxcel ${m#*:} 1 3 $P $X
 done
+b 0.6b-early .gpu/mlxcel qwen3-0.6b 1 3 $E
+b 0.6b-paired-xpf-early .gpu/mlxcel qwen3-0.6b 1 3 $P $X $E
+b 8b-early .gpu/mlxcel llama-3.1-8b 1 3 $E
+b 0.6b-again .gpu/mlxcel qwen3-0.6b 1 3
 b 8b-b16 .gpu/mlxcel llama-3.1-8b 16 2
 b 8b-b16-paired .gpu/mlxcel llama-3.1-8b 16 2 $P
 ncu_counters default "qgemv_mma_gpl_kernel" 4
@@ -46,7 +55,7 @@ ncu_counters paired "qgemv_mma_gpl_kernel" 4 $P
 ncu_counters paired-xpf "qgemv_mma_gpl_kernel" 4 $P $X
 b 8b-again .gpu/mlxcel llama-3.1-8b 1 3
 b 8b-paired-again .gpu/mlxcel llama-3.1-8b 1 3 $P
-# Session 24: the SIMT qgemv's per-unit layout branch (session 23's review), and where the
+# Session 24 (as above, and): the SIMT qgemv's per-unit layout branch (session 23's review), and where the
 # 0.6B's step goes now (its last ncu step table is run 25's).
 b 8b-simt .gpu/mlxcel llama-3.1-8b 1 2 MLXCEL_GPU_QGEMV_MMA=0
 b 8b-simt-paired .gpu/mlxcel llama-3.1-8b 1 2 MLXCEL_GPU_QGEMV_MMA=0 $P
