@@ -147,11 +147,10 @@ __device__ __forceinline__ void load_held_weight(const float* w, std::int64_t n,
 }
 
 template <typename T, int B>
-__global__ void __launch_bounds__(B) rms_norm_act_kernel(const T* x, std::int64_t x_stride,
-                                                         const float* w, T* y,
-                                                         std::int64_t y_stride, std::int64_t heads,
-                                                         std::int64_t hd, float eps, int round,
-                                                         bool early_w) {
+__global__ void __launch_bounds__(B)
+    rms_norm_act_kernel(const T* x, std::int64_t x_stride, const float* w, T* y,
+                        std::int64_t y_stride, std::int64_t heads, std::int64_t hd, float eps,
+                        int round, bool early_w) {
   const std::int64_t row = blockIdx.x / heads, h = blockIdx.x % heads;
   const T* xr = x + row * x_stride + h * hd;
   T* yr = y + row * y_stride + h * hd;
@@ -240,8 +239,9 @@ void rms_norm(const backend::RmsNormArgs& a, const Stream& s) {
     with_block(a.x.cols / heads, [&](auto bt) {
       constexpr int B = decltype(bt)::value;
       launch_kernel(rms_norm_act_kernel<T, B>, static_cast<unsigned>(rows * heads), B, 0, s,
-          static_cast<const T*>(a.x.data), a.x.stride, a.weight, static_cast<T*>(a.y.data),
-          a.y.stride, heads, a.x.cols / heads, a.eps, round_code(a.round), norm_weight_early());
+                    static_cast<const T*>(a.x.data), a.x.stride, a.weight,
+                    static_cast<T*>(a.y.data), a.y.stride, heads, a.x.cols / heads, a.eps,
+                    round_code(a.round), norm_weight_early());
     });
   });
   check_launch("rms_norm", s.device());
@@ -257,9 +257,9 @@ void add_rms_norm(const backend::AddRmsNormArgs& a, const Stream& s) {
     with_block(a.h.cols, [&](auto bt) {
       constexpr int B = decltype(bt)::value;
       launch_kernel(add_rms_norm_act_kernel<T, B>, static_cast<unsigned>(rows), B, 0, s,
-          static_cast<T*>(a.h.data), a.h.stride, static_cast<const T*>(a.delta.data),
-          a.delta.stride, a.weight, static_cast<T*>(a.y.data), a.y.stride, a.h.cols, a.eps,
-          round_code(a.round), norm_weight_early());
+                    static_cast<T*>(a.h.data), a.h.stride, static_cast<const T*>(a.delta.data),
+                    a.delta.stride, a.weight, static_cast<T*>(a.y.data), a.y.stride, a.h.cols,
+                    a.eps, round_code(a.round), norm_weight_early());
     });
   });
   check_launch("add_rms_norm", s.device());
