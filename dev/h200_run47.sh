@@ -7,7 +7,8 @@
 # .gpu/llama.tar.xz; built here on the device (CUDA, sm_90, llama-bench only); Q4_0 models from
 # synth_gguf.py (carried as .gpu/synth_gguf.py) with the real shapes; llama-bench pp512 / tg128,
 # flash attention, 3 repeats. Then mlxcel bench on the same shapes, in the same call, under
-# the default and run 46's switches (paired scales, x a chunk ahead).
+# the default and run 46's switches (paired scales; with x a chunk ahead and the early norm
+# weight).
 # Packing (here): cp ../shared/peers/synth_gguf.py .gpu/; the repacked tree as .gpu/llama.tar.xz.
 RUN=47
 BUDGET_S=${BUDGET_S:-500}
@@ -49,10 +50,11 @@ done
 [ -d "$S/llama-3.1-8b" ] && [ -d "$S/qwen3-0.6b" ] && [ -d "$S/qwen3-30b-a3b" ] || synth_all
 P=MLXCEL_GPU_PAIRED_SCALES=1
 X=MLXCEL_GPU_QGEMV_XPF=1
+E=MLXCEL_GPU_NORM_EARLY_W=1
 for m in 0.6b:qwen3-0.6b 8b:llama-3.1-8b 30b:qwen3-30b-a3b; do
   b ${m%%:*} .gpu/mlxcel ${m#*:} 1 3
   b ${m%%:*}-paired .gpu/mlxcel ${m#*:} 1 3 $P
-  b ${m%%:*}-paired-xpf .gpu/mlxcel ${m#*:} 1 3 $P $X
+  b ${m%%:*}-all .gpu/mlxcel ${m#*:} 1 3 $P $X $E
 done
 b 8b-b16-paired .gpu/mlxcel llama-3.1-8b 16 2 $P
 python3 bench/compare.py "$CSV" "$R"/llama-bench-*.json > "$R/compare.md" 2>&1
