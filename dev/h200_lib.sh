@@ -11,6 +11,9 @@
 #   ncu_step TAG MODEL BATCH [ENV...]          every kernel of a short bench under ncu (clock and
 #                                     cache control off), one decode step's times summarized
 #   gemv_access                       bench_gemv_access (carried in .gpu) into $R/gemv-access.txt
+#   llama_peers NAME...               llama.cpp's llama-bench (built here from .gpu/llama.tar.xz)
+#                                     on Q4_0 GGUFs of the named shapes (qwen3-0.6b, llama-3.1-8b,
+#                                     qwen3-30b-a3b), JSON into $R/llama-bench-NAME.json
 set -u
 OUT=${OUT:-$PWD/out}
 R=$OUT/r
@@ -132,4 +135,40 @@ gemv_access() {
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$R/steps.log"
   timeout 200 .gpu/bench_gemv_access > "$R/gemv-access.txt" 2>&1
   log "bench_gemv_access rc=$?"
+}
+# The peers' recipe (../shared/peers/PEERS.md): llama-cpp-python 0.3.36's vendored llama.cpp
+# (commit 0c1e570) repacked without docs, tests, UI, other backends and all vocab files but two
+# (.gpu/llama.tar.xz), built here for sm_90 (llama-bench only); Q4_0 models with the real shapes
+# from ../shared/peers/synth_gguf.py (carried as .gpu/synth_gguf.py); pp512 / tg128, flash
+# attention, 3 repeats.
+llama_peers() {
+  local L=/tmp/llama G=/tmp/gguf
+  mkdir -p "$L" "$G"
+  if [ ! -x "$L/llama.cpp/b/bin/llama-bench" ]; then
+    python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
+      .gpu/llama.tar.xz "$L"
+    (cd "$L/llama.cpp" && cmake -S . -B b -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > "$R/llama-cmake.log" 2>&1 &&
+      cmake --build b --target llama-bench -j16 > "$R/llama-build.log" 2>&1) &
+    local build=$!
+  fi
+  export PYTHONPATH=$L/llama.cpp/gguf-py
+  local name shape vocab
+  for name in "$@"; do
+    case $name in
+      qwen3-0.6b) shape=qwen3_0p6b vocab=qwen2 ;;
+      llama-3.1-8b) shape=llama31_8b vocab=llama-bpe ;;
+      qwen3-30b-a3b) shape=qwen3_30b_a3b vocab=qwen2 ;;
+    esac
+    [ -s "$G/$name.gguf" ] || timeout 200 python3 .gpu/synth_gguf.py "$shape" \
+      "$L/llama.cpp/models/ggml-vocab-$vocab.gguf" "$G/$name.gguf" > "$R/gguf-$name.log" 2>&1
+    log "gguf $name rc=$? $(tail -1 "$R/gguf-$name.log")"
+  done
+  [ -n "${build:-}" ] && { wait "$build"; log "llama.cpp build rc=$? $(tail -1 "$R/llama-build.log" 2>/dev/null)"; }
+  for name in "$@"; do
+    timeout 150 "$L/llama.cpp/b/bin/llama-bench" -m "$G/$name.gguf" -p 512 -n 128 -ngl 99 -fa 1 \
+      -r 3 -o json > "$R/llama-bench-$name.json" 2> "$R/llama-bench-$name.err"
+    log "llama-bench $name rc=$? $(python3 -c "import json,sys; print(' '.join('p%s n%s %.1f' % (r['n_prompt'], r['n_gen'], r['avg_ts']) for r in json.load(open(sys.argv[1]))))" "$R/llama-bench-$name.json" 2>&1 | tail -1)"
+  done
 }

@@ -236,6 +236,26 @@ inline int device_cc_major(int device) {
              : -1;
 #endif
 }
+// One wave of `kernel` on `device`: the blocks of `threads` threads and `smem` bytes of dynamic
+// shared memory resident per SM / CU at once, times the SM / CU count (0 when a query fails).
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int threads, std::size_t smem, int device) {
+  int per = 0, units = 0;
+#if defined(MLXCEL_GPU_HIP)
+  const bool ok =
+      hipOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, smem) == hipSuccess &&
+      hipDeviceGetAttribute(&units, hipDeviceAttributeMultiprocessorCount, device) == hipSuccess;
+#else
+  const bool ok =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, smem) == cudaSuccess &&
+      cudaDeviceGetAttribute(&units, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
+#endif
+  if (!ok) {
+    (void)gpuGetLastError();
+    return 0;
+  }
+  return per * units;
+}
 // True when `device` is an RDNA3 / RDNA3.5 GPU (gfx11xx: gfx1100, gfx1151, ...), whose wave32
 // WMMA instructions (v_wmma_f32_16x16x16_{f16,bf16}) the matrix-unit GEMM uses. NVIDIA: false.
 inline bool device_is_gfx11(int device) {

@@ -22,8 +22,7 @@ class GpuBackend final : public backend::Backend {
   bool supports(const backend::OpSignature& sig) const override;
   DType activation_storage(DType act) const override { return act; }
   bool host_memory_is_device_memory() const override { return false; }
-  // With MLXCEL_GPU_PAIRED_SCALES=1 (off by default until measured on a device; the kernels
-  // read both layouts).
+  // Unless MLXCEL_GPU_PAIRED_SCALES=0 (the kernels read both layouts).
   bool wants_paired_scales() const override;
 
   backend::DeviceBuffer allocate(backend::MemoryKind kind, std::size_t bytes) override;

@@ -601,11 +601,26 @@ Plan plan_of(const LinParams& p) {
   return pl;
 }
 
-// MLXCEL_GPU_QGEMV_XPF=1: x loaded a chunk ahead (XP). Off until measured (session 23 had no
-// GPU); per process, so batch invariance holds.
-bool xp_on() {
-  static const bool on = env_int("MLXCEL_GPU_QGEMV_XPF", 0) != 0;
-  return on;
+// Whether the one-set kernel loads x a chunk ahead (XP). XP hides x's loads but takes
+// registers: on sm_90 the 8B's paired kernel has 80 without it (3 blocks per SM) and 108 with it
+// (2). Run 46 (H100, ncu): where the grid fits one wave at the higher occupancy that wins (the
+// 8B's qkv, 384 blocks: 14.1 us unpaired, 11.0 paired, 13.9 paired with XP); where it does not,
+// XP does (gate_up, 448 blocks: 38.8, 40.9, 36.9). So by default (MLXCEL_GPU_QGEMV_XPF=-1) XP
+// runs where the grid exceeds one wave of the kernel without it, never for expert rows (the 30B:
+// 345.5 tok/s paired, 338.8 with XP everywhere); 0 never, 1 always (measuring knobs). Both forms
+// give the same bits, so the choice cannot break batch invariance.
+template <typename T, int W, bool NS, bool PS>
+bool use_xp(std::int64_t blocks, bool experts, const Stream& s) {
+  static const int mode = env_int("MLXCEL_GPU_QGEMV_XPF", -1);
+  if (mode >= 0) return mode != 0;
+  if (experts) return false;
+  static int wave[64] = {};  // per device: one wave of the kernel without XP
+  const int d = s.device();
+  if (d < 0 || d >= 64) return false;
+  if (wave[d] == 0)
+    wave[d] = std::max(
+        1, resident_blocks(qgemv_mma_gpl_kernel<T, W, 1, false, NS, PS, false>, kThreads, 0, d));
+  return blocks > wave[d];
 }
 
 bool mma_on(const Stream& s) {
@@ -658,7 +673,8 @@ bool qgemv_mma(const LinParams& p, const Stream& s) {
             launch_grid(qgemv_mma_gpl_kernel<T, W, 1, false, NS, PS, XP>, mp, col_blocks,
                         row_blocks, s);
           };
-          if (xp_on()) return one_set(std::true_type{});
+          if (use_xp<T, W, NS, PS>(col_blocks * row_blocks, p.experts != nullptr, s))
+            return one_set(std::true_type{});
           one_set(std::false_type{});
         };
         auto by_ps = [&](auto nsc) {
