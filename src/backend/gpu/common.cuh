@@ -284,13 +284,6 @@ inline bool pdl_enabled(int device) {
   return cached[device] == 1;
 }
 
-// MLXCEL_GPU_NORM_EARLY_W=1: the norm kernels (rms_norm, add_rms_norm, rope_kv_append's
-// qk-norm) load their fp32 weight, a constant, before the grid wait. Off until measured.
-inline bool norm_weight_early() {
-  static const bool on = env_int("MLXCEL_GPU_NORM_EARLY_W", 0) != 0;
-  return on;
-}
-
 // A kernel's first statement when it reads nothing before the previous kernel's results: waits
 // for that kernel (a no-op unless launched as a programmatic dependent launch), then lets the
 // next launch start its blocks.

@@ -133,36 +133,22 @@ void with_block(std::int64_t cols, F&& f) {
   }
 }
 
-// A thread's kHeld elements of the fp32 norm weight (from a clamped index). The weight is a
-// constant, so it may load before the grid wait (early_w), overlapping the previous kernel's
-// tail as the decode GEMVs' first chunk does; otherwise it loads in flight with x.
-template <int B>
-__device__ __forceinline__ void load_held_weight(const float* w, std::int64_t n,
-                                                 float (&wv)[kHeld]) {
-#pragma unroll
-  for (int i = 0; i < kHeld; ++i) {
-    const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(i) * B;
-    wv[i] = w[c < n ? c : n - 1];
-  }
-}
-
 template <typename T, int B>
-__global__ void __launch_bounds__(B)
-    rms_norm_act_kernel(const T* x, std::int64_t x_stride, const float* w, T* y,
-                        std::int64_t y_stride, std::int64_t heads, std::int64_t hd, float eps,
-                        int round, bool early_w) {
+__global__ void __launch_bounds__(B) rms_norm_act_kernel(const T* x, std::int64_t x_stride,
+                                                         const float* w, T* y,
+                                                         std::int64_t y_stride, std::int64_t heads,
+                                                         std::int64_t hd, float eps, int round) {
+  wait_previous_kernel();
   const std::int64_t row = blockIdx.x / heads, h = blockIdx.x % heads;
   const T* xr = x + row * x_stride + h * hd;
   T* yr = y + row * y_stride + h * hd;
   float v[kHeld], wv[kHeld];
-  if (early_w) load_held_weight<B>(w, hd, wv);
-  wait_previous_kernel();
-  if (!early_w) load_held_weight<B>(w, hd, wv);
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < kHeld; ++i) {
     const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(i) * B;
     const float e = to_f32(xr[c < hd ? c : hd - 1]);
+    wv[i] = w[c < hd ? c : hd - 1];  // in flight with x, not after the reduction
     v[i] = c < hd ? e : 0.0f;
     ss = fmaf(v[i], v[i], ss);
   }
@@ -185,22 +171,20 @@ template <typename T, int B>
 __global__ void __launch_bounds__(B)
     add_rms_norm_act_kernel(T* h, std::int64_t h_stride, const T* d, std::int64_t d_stride,
                             const float* w, T* y, std::int64_t y_stride, std::int64_t cols,
-                            float eps, int round, bool early_w) {
+                            float eps, int round) {
+  wait_previous_kernel();
   const std::int64_t row = blockIdx.x;
   T* hr = h + row * h_stride;
   const T* dr = d + row * d_stride;
   T* yr = y + row * y_stride;
   float v[kHeld], wv[kHeld];
-  // w mostly comes from DRAM: the GEMVs between two norms stream enough weights through L2 to
-  // evict it.
-  if (early_w) load_held_weight<B>(w, cols, wv);
-  wait_previous_kernel();
-  if (!early_w) load_held_weight<B>(w, cols, wv);
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < kHeld; ++i) {
     const std::int64_t c = threadIdx.x + static_cast<std::int64_t>(i) * B;
     const std::int64_t cc = c < cols ? c : cols - 1;
+    wv[i] = w[cc];  // in flight with h and d (h and w mostly come from DRAM: the GEMVs
+                    // between two norms stream enough weights through L2 to evict them)
     // The stored (rounded) sum is what the norm sees, as in the unfused add then rms_norm.
     const T sum = from_f32<T>(rnd(to_f32(hr[cc]) + to_f32(dr[cc]), round));
     v[i] = c < cols ? to_f32(sum) : 0.0f;
@@ -239,9 +223,8 @@ void rms_norm(const backend::RmsNormArgs& a, const Stream& s) {
     with_block(a.x.cols / heads, [&](auto bt) {
       constexpr int B = decltype(bt)::value;
       launch_kernel(rms_norm_act_kernel<T, B>, static_cast<unsigned>(rows * heads), B, 0, s,
-                    static_cast<const T*>(a.x.data), a.x.stride, a.weight,
-                    static_cast<T*>(a.y.data), a.y.stride, heads, a.x.cols / heads, a.eps,
-                    round_code(a.round), norm_weight_early());
+          static_cast<const T*>(a.x.data), a.x.stride, a.weight, static_cast<T*>(a.y.data),
+          a.y.stride, heads, a.x.cols / heads, a.eps, round_code(a.round));
     });
   });
   check_launch("rms_norm", s.device());
@@ -257,9 +240,9 @@ void add_rms_norm(const backend::AddRmsNormArgs& a, const Stream& s) {
     with_block(a.h.cols, [&](auto bt) {
       constexpr int B = decltype(bt)::value;
       launch_kernel(add_rms_norm_act_kernel<T, B>, static_cast<unsigned>(rows), B, 0, s,
-                    static_cast<T*>(a.h.data), a.h.stride, static_cast<const T*>(a.delta.data),
-                    a.delta.stride, a.weight, static_cast<T*>(a.y.data), a.y.stride, a.h.cols,
-                    a.eps, round_code(a.round), norm_weight_early());
+          static_cast<T*>(a.h.data), a.h.stride, static_cast<const T*>(a.delta.data),
+          a.delta.stride, a.weight, static_cast<T*>(a.y.data), a.y.stride, a.h.cols, a.eps,
+          round_code(a.round));
     });
   });
   check_launch("add_rms_norm", s.device());

@@ -38,7 +38,6 @@ struct Params {
   const std::int32_t* block_tables;
   std::int64_t max_blocks;
   int round;
-  int early_w;  // norm_weight_early()
 };
 
 // Token t's slot in its sequence's block: the block's K rows of this layer, and the slot index.
@@ -56,18 +55,10 @@ __device__ __forceinline__ char* kv_block(const Params& p, std::int64_t t, std::
 // the last n_kv_heads append v heads.
 template <typename T, typename KT>
 __global__ void __launch_bounds__(kThreads) rope_kv_append_kernel(Params p) {
+  wait_previous_kernel();
   const std::int64_t t = blockIdx.x;
   const int hh = blockIdx.y;
   const int hd = p.head_dim;
-  const bool is_q = hh < p.n_heads;
-  const float* nw = is_q ? p.q_norm : p.k_norm;
-  // The qk-norm weight is a constant: with early_w it loads before the grid wait (one element
-  // per thread: head_dim <= kThreads), overlapping the previous kernel's tail.
-  const bool held = nw != nullptr && hh < p.n_heads + p.n_kv_heads && threadIdx.x < hd;
-  float nw0 = 0.0f;
-  if (p.early_w && held) nw0 = nw[threadIdx.x];
-  wait_previous_kernel();
-  if (!p.early_w && held) nw0 = nw[threadIdx.x];
   if (hh >= p.n_heads + p.n_kv_heads) {
     const int g = hh - p.n_heads - p.n_kv_heads;
     std::int64_t slot;
@@ -78,10 +69,12 @@ __global__ void __launch_bounds__(kThreads) rope_kv_append_kernel(Params p) {
     for (int d = threadIdx.x; d < p.v_dim; d += kThreads) vc[d] = from_f32<KT>(to_f32(v[d]));
     return;
   }
+  const bool is_q = hh < p.n_heads;
   const int head = is_q ? hh : hh - p.n_heads;
   T* row = (is_q ? static_cast<T*>(p.q) + t * p.q_stride : static_cast<T*>(p.k) + t * p.k_stride) +
            static_cast<std::int64_t>(head) * hd;
   // qk-norm with rms_norm's rounding: y = round(round(x * r) * w).
+  const float* nw = is_q ? p.q_norm : p.k_norm;
   if (nw != nullptr) {
     float ss = 0.0f;
     for (int c = threadIdx.x; c < hd; c += kThreads) {
@@ -91,7 +84,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_append_kernel(Params p) {
     ss = block_sum<kThreads>(ss);
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + (is_q ? p.q_eps : p.k_eps));
     for (int c = threadIdx.x; c < hd; c += kThreads)
-      store(row, c, rnd(to_f32(row[c]) * inv, p.round) * (c < kThreads ? nw0 : nw[c]), p.round);
+      store(row, c, rnd(to_f32(row[c]) * inv, p.round) * nw[c], p.round);
     __syncthreads();  // the rotation pairs elements other threads normalized
   }
   const std::int64_t half = p.dims / 2;
@@ -159,7 +152,6 @@ void rope_kv_append(const backend::RopeKvAppendArgs& a, const Stream& s) {
   p.block_tables = a.step.block_tables;
   p.max_blocks = a.step.max_blocks;
   p.round = round_code(a.round);
-  p.early_w = norm_weight_early() ? 1 : 0;
   const dim3 grid(static_cast<unsigned>(n_tok), a.n_heads + 2 * a.n_kv_heads);
   dispatch_act(a.q.dtype, "rope_kv_append", [&](auto tag) {
     using A = decltype(tag);
