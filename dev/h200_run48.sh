@@ -15,7 +15,7 @@ source dev/h200_lib.sh
 for f in mlxcel test_backend_ops; do unxz_to .gpu/$f.xz .gpu/$f; done
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader |
   tee -a "$R/steps.log"
-O=MLXCEL_GPU_PAIRED_SCALES=0
+O="MLXCEL_GPU_PAIRED_SCALES=0 MLXCEL_GPU_QGEMV_XPF=0"
 run_tests
 synth_all
 b 8b .gpu/mlxcel llama-3.1-8b 1 3
