@@ -22,6 +22,12 @@ run_tests MLXCEL_GPU_QGEMV_XPF=1
 run_tests MLXCEL_GPU_QGEMV_MMA=0
 same_bits "" "$O"
 same_bits "" "MLXCEL_GPU_QGEMV_XPF=1"
+# The MoE routing from registers (MLXCEL_GPU_MOE_ROUTE_HELD=1, written in session 24 after run
+# 47: one warp max of a 32-bit key per choice instead of a shared-memory scan and a two-shuffle
+# butterfly). Prediction: the same bits; moe_route 6.2 -> <= 4 us under ncu, 30B +2-4 %.
+H=MLXCEL_GPU_MOE_ROUTE_HELD=1
+run_tests $H
+same_bits "" "$H"
 late "selftest" || { timeout 100 .gpu/mlxcel selftest --device gpu > "$R/selftest.log" 2>&1;
   log "selftest rc=$? $(tail -1 "$R/selftest.log")"; }
 synth_all
@@ -29,6 +35,7 @@ b 8b .gpu/mlxcel llama-3.1-8b 1 3
 b 8b-old .gpu/mlxcel llama-3.1-8b 1 3 $O
 b 30b .gpu/mlxcel qwen3-30b-a3b 1 3
 b 30b-old .gpu/mlxcel qwen3-30b-a3b 1 3 $O
+b 30b-held .gpu/mlxcel qwen3-30b-a3b 1 3 $H
 b 0.6b .gpu/mlxcel qwen3-0.6b 1 3
 b 0.6b-old .gpu/mlxcel qwen3-0.6b 1 3 $O
 b 8b-b16 .gpu/mlxcel llama-3.1-8b 16 2
@@ -39,4 +46,7 @@ b 0.6b-again .gpu/mlxcel qwen3-0.6b 1 3
 b 0.6b-old-again .gpu/mlxcel qwen3-0.6b 1 3 $O
 ncu_counters default "qgemv_mma_gpl_kernel" 5
 ncu_step 8b llama-3.1-8b 1
+b 30b-again .gpu/mlxcel qwen3-30b-a3b 1 3
+b 30b-held-again .gpu/mlxcel qwen3-30b-a3b 1 3 $H
+ncu_step 30b-held qwen3-30b-a3b 1 $H
 pack

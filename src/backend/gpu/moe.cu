@@ -71,14 +71,94 @@ __device__ __forceinline__ void route_token(const T* in, std::int64_t E, int K, 
   }
 }
 
-// One warp per token (route_token); the probabilities live in shared memory (E floats).
+// route_token's result from registers, where the probabilities round to 16 bits (bf16 / f16
+// activations) and E <= kRouteHeld * warp: lane l holds experts l, l + warp, ... as keys
+// ((16-bit probability + 1) << 16 | expert): nonnegative 16-bit floats order as their bits, so
+// the largest key is the largest probability, ties to the larger expert, exactly route_token's
+// order; 0 marks a taken expert. Each of the K rounds is one warp max of a key (redux.sync on
+// sm_80+) instead of a shared-memory scan and a butterfly of two shuffles per level. The softmax
+// runs in route_token's order (per lane in e order, then the warp sum), so the bits are its.
+// Fewer than K finite probabilities: the rest are (-1, -1), as route_token leaves them.
+constexpr int kRouteHeld = 8;
+
+template <typename T>
+__device__ __forceinline__ void route_token_held(const T* in, int E, int K, int norm,
+                                                 std::int32_t* experts, float* weights,
+                                                 int round) {
+  const int lane = threadIdx.x % MLXCEL_WARP_SIZE;
+  float v[kRouteHeld];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kRouteHeld; ++i) {
+    const int e = lane + i * MLXCEL_WARP_SIZE;
+    v[i] = e < E ? to_f32(in[e]) : 0.0f;
+    if (e < E) mx = fmaxf(mx, v[i]);
+  }
+  mx = warp_max(mx);
+  float z = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kRouteHeld; ++i) {
+    if (lane + i * MLXCEL_WARP_SIZE < E) {
+      v[i] = expf(v[i] - mx);
+      z += v[i];
+    }
+  }
+  z = warp_sum(z);
+  const float inv = 1.0f / z;
+  const bool bf = round == kRoundBf16;
+  std::uint32_t key[kRouteHeld];
+#pragma unroll
+  for (int i = 0; i < kRouteHeld; ++i) {
+    const int e = lane + i * MLXCEL_WARP_SIZE;
+    const float p = rnd(v[i] * inv, round);
+    const std::uint32_t b = bf ? bf16(p).bits : f16(p).bits;
+    // NaN (z or a logit not finite) is never chosen, as in route_token.
+    key[i] = e < E && p == p ? ((b + 1u) << 16) | static_cast<std::uint32_t>(e) : 0u;
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < K; ++j) {
+    std::uint32_t own = key[0];
+#pragma unroll
+    for (int i = 1; i < kRouteHeld; ++i) own = key[i] > own ? key[i] : own;
+    const std::uint32_t best = warp_max_key(own);
+    const int bi = best ? static_cast<int>(best & 0xFFFFu) : -1;
+    const std::uint16_t pb = static_cast<std::uint16_t>((best >> 16) - 1u);
+    const float bp = !best ? -1.0f : bf ? bf16::from_bits(pb).to_float() : f16::from_bits(pb).to_float();
+    if (lane == 0) {
+      experts[j] = bi;
+      weights[j] = bp;
+    }
+#pragma unroll
+    for (int i = 0; i < kRouteHeld; ++i)
+      if (best && key[i] == best) key[i] = 0u;  // taken
+    sum += bp;
+  }
+  if (norm && lane == 0) {
+    const float sr = rnd(sum, round);
+    for (int j = 0; j < K; ++j) weights[j] = rnd(weights[j] / sr, round);
+  }
+}
+
+// MLXCEL_GPU_MOE_ROUTE_HELD=1: route_token_held where it applies. Off until measured.
+bool route_held_on() {
+  static const bool on = env_int("MLXCEL_GPU_MOE_ROUTE_HELD", 0) != 0;
+  return on;
+}
+
+// One warp per token (route_token: the probabilities live in shared memory, E floats; held:
+// route_token_held, in registers).
 template <typename T>
 __global__ void moe_route_kernel(const T* gates, std::int64_t stride, std::int64_t E, int K,
-                                 int norm, std::int32_t* experts, float* weights, int round) {
+                                 int norm, std::int32_t* experts, float* weights, int round,
+                                 int held) {
   wait_previous_kernel();
   extern __shared__ float prob[];
   const std::int64_t t = blockIdx.x;
-  route_token<T>(gates + t * stride, E, K, norm, experts + t * K, weights + t * K, round, prob);
+  if (held)
+    route_token_held<T>(gates + t * stride, static_cast<int>(E), K, norm, experts + t * K,
+                        weights + t * K, round);
+  else
+    route_token<T>(gates + t * stride, E, K, norm, experts + t * K, weights + t * K, round, prob);
 }
 
 // out[t] = round(sum_j round(ys[t * K + j] * w[t * K + j])), fp32 sum in j order; accumulating,
@@ -223,10 +303,13 @@ void moe_route(const backend::MoeRouteArgs& a, const Stream& s) {
   if (a.with_router) linear(a.router, s);
   dispatch_act(a.gates.dtype, "moe_route", [&](auto tag) {
     using A = decltype(tag);
+    const int round = round_code(a.round);
+    const bool held = route_held_on() && E <= kRouteHeld * MLXCEL_WARP_SIZE &&
+                      (round == kRoundBf16 || round == kRoundF16);
     launch_kernel(moe_route_kernel<A>, static_cast<unsigned>(T), MLXCEL_WARP_SIZE,
-                  E * sizeof(float), s,
+                  held ? 0 : E * sizeof(float), s,
         static_cast<const A*>(a.gates.data), a.gates.stride, E, a.top_k, a.norm_topk_prob ? 1 : 0,
-        a.experts, a.weights, round_code(a.round));
+        a.experts, a.weights, round, held ? 1 : 0);
   });
   check_launch("moe_route", s.device());
 }
