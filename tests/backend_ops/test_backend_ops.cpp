@@ -888,10 +888,18 @@ TEST(BackendOps, MoeRoute) {
     if (!gpu.supports(sig_of(Op::kMoeRoute, act))) continue;
     for (int E : {8, 60, 128}) {
       for (int K : {1, 2, 8}) {
-        for (bool norm : {false, true}) {
+        for (int variant = 0; variant < 3; ++variant) {
+          // 0, 1: random gates without / with renormalization; 2: ties (every gate of a token
+          // equal but for one larger), broken towards the larger expert index.
+          const bool norm = variant == 1;
           const std::int64_t T = 33;
           DeviceMem mg, mc;
           auto gates = randn(rng, static_cast<std::size_t>(T * E), 2.0f, act);
+          if (variant == 2) {
+            for (std::int64_t t = 0; t < T; ++t)
+              for (int e = 0; e < E; ++e)
+                gates[t * E + e] = e == static_cast<int>(t % E) ? 1.0f : 0.25f;
+          }
           Act gg = mg.act(gpu, act, gates, T, E, 3), gc = mc.act(cpu, act, gates, T, E, 3);
           std::vector<std::int32_t> ec(static_cast<std::size_t>(T * K));
           std::vector<float> wc(ec.size());
@@ -919,7 +927,8 @@ TEST(BackendOps, MoeRoute) {
             }
           }
           std::ostringstream s;
-          s << "moe_route " << tag(act) << " E " << E << " top_k " << K << (norm ? " norm" : "");
+          s << "moe_route " << tag(act) << " E " << E << " top_k " << K << (norm ? " norm" : "")
+            << (variant == 2 ? " ties" : "");
           EXPECT_EQ(set_diff, 0) << s.str();
           EXPECT_CLOSE(s.str(), got, want, rounding_steps(act, 2));
         }
