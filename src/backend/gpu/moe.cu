@@ -83,8 +83,7 @@ constexpr int kRouteHeld = 8;
 
 template <typename T>
 __device__ __forceinline__ void route_token_held(const T* in, int E, int K, int norm,
-                                                 std::int32_t* experts, float* weights,
-                                                 int round) {
+                                                 std::int32_t* experts, float* weights, int round) {
   const int lane = threadIdx.x % MLXCEL_WARP_SIZE;
   float v[kRouteHeld];
   float mx = -INFINITY;
@@ -123,7 +122,9 @@ __device__ __forceinline__ void route_token_held(const T* in, int E, int K, int 
     const std::uint32_t best = warp_max_key(own);
     const int bi = best ? static_cast<int>(best & 0xFFFFu) : -1;
     const std::uint16_t pb = static_cast<std::uint16_t>((best >> 16) - 1u);
-    const float bp = !best ? -1.0f : bf ? bf16::from_bits(pb).to_float() : f16::from_bits(pb).to_float();
+    const float bp = !best ? -1.0f
+                     : bf  ? bf16::from_bits(pb).to_float()
+                           : f16::from_bits(pb).to_float();
     if (lane == 0) {
       experts[j] = bi;
       weights[j] = bp;
@@ -307,9 +308,9 @@ void moe_route(const backend::MoeRouteArgs& a, const Stream& s) {
     const bool held = route_held_on() && E <= kRouteHeld * MLXCEL_WARP_SIZE &&
                       (round == kRoundBf16 || round == kRoundF16);
     launch_kernel(moe_route_kernel<A>, static_cast<unsigned>(T), MLXCEL_WARP_SIZE,
-                  held ? 0 : E * sizeof(float), s,
-        static_cast<const A*>(a.gates.data), a.gates.stride, E, a.top_k, a.norm_topk_prob ? 1 : 0,
-        a.experts, a.weights, round, held ? 1 : 0);
+                  held ? 0 : E * sizeof(float), s, static_cast<const A*>(a.gates.data),
+                  a.gates.stride, E, a.top_k, a.norm_topk_prob ? 1 : 0, a.experts, a.weights, round,
+                  held ? 1 : 0);
   });
   check_launch("moe_route", s.device());
 }
