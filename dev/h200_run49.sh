@@ -3,8 +3,8 @@
 # dropped app/, which its CMakeLists adds). Call it right after run 48, on the same warm machine:
 # llama.cpp builds for ~260 s while the GGUFs are written (CPU only; no GPU timing overlaps it),
 # then llama-bench on the three shapes and mlxcel bench (defaults) on the same shapes in the same
-# call. Packing (here): ../shared/peers/synth_gguf.py as .gpu/synth_gguf.py and the repacked tree
-# as .gpu/llama.tar.xz (dev/NOTES.md "Session 24").
+# call. Packing (here): `bash dev/pack_llama_peer.sh` writes .gpu/llama.tar.xz and
+# .gpu/synth_gguf.py.
 RUN=49
 BUDGET_S=${BUDGET_S:-520}
 source dev/h200_lib.sh
