@@ -6,8 +6,10 @@
 # us unpaired, 11.0 paired (80 registers: 3 blocks per SM, one wave), 13.9 paired + XP (108: 2
 # per SM); gate_up (448 blocks) 38.8, 40.9, 36.9.
 # Prediction against the old defaults ("old": unpaired, no XP; 343-349 tok/s on the 8B in runs
-# 46-47): 8B tg128 +3-6 % (from the bench rows: paired + XP 347.6, less ~70 us per step for qkv, o, down without XP: ~356; from ncu per launch: ~365), 0.6B within +-1 %, 30B +5-7 %, batch 16 +4-6 %, 8B prefill +4 %; the
-# same bits in every case (every form computes the same arithmetic).
+# 46-47): 8B tg128 +3-6 % (~356 from the bench rows: paired + XP's 347.6 less ~70 us per step
+# for qkv, o and down without XP; ~365 from ncu's per-launch times), 0.6B within +-1 %, 30B
+# +5-7 %, batch 16 +4-6 %, 8B prefill +4 %; the same bits in every case (every form computes
+# the same arithmetic).
 # Then the peers: dev/h200_run49.sh in the next call, back to back (the machine stays warm 30 s).
 RUN=48
 BUDGET_S=${BUDGET_S:-420}
